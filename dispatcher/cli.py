@@ -1,0 +1,81 @@
+"""The ``toolfan`` command line: one sub-command per job, each a small function.
+
+Every sub-command loads the tool modules named by ``TOOLFAN_HANDLERS`` first (through the
+settings), so the worker, the poller and the CLI all agree on which functions exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+
+from handlers.errors import ToolfanError
+
+Command = Callable[[argparse.Namespace, list[str]], int]
+
+
+def _cmd_tools(args: argparse.Namespace, rest: list[str]) -> int:
+    """Print the ``agent.tools`` array for every registered function."""
+    from tasks.settings import load_registry
+
+    registry = load_registry()
+    print(json.dumps(registry.agent_tools(), indent=None if args.compact else 2))
+    return 0
+
+
+def _cmd_worker(args: argparse.Namespace, rest: list[str]) -> int:
+    """Start a Celery worker; extra options go to ``celery worker`` unchanged."""
+    from tasks.worker import run_worker
+
+    return run_worker(rest)
+
+
+def _add_tools(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("tools", help="print the agent.tools JSON array of the registered tools")
+    p.add_argument("--compact", action="store_true", help="one line instead of indented JSON")
+    p.set_defaults(command=_cmd_tools, passthrough=False)
+
+
+def _add_worker(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "worker",
+        help="start a Celery worker on every function queue plus the control queues",
+        description="Further options go to 'celery worker' (e.g. -Q fn.add -c 4 -P threads).",
+        add_help=False,
+    )
+    p.set_defaults(command=_cmd_worker, passthrough=True)
+
+
+_PARSERS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
+    _add_tools,
+    _add_worker,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every sub-command registered."""
+    parser = argparse.ArgumentParser(prog="toolfan", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="name", required=True, metavar="COMMAND")
+    for add in _PARSERS:
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``toolfan`` console script."""
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and not args.passthrough:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    command: Command = args.command
+    try:
+        return command(args, rest)
+    except ToolfanError as exc:
+        print(f"toolfan: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""A local, wire-true stand-in for the Agents API, for demos, tests and benchmarks."""

@@ -1,0 +1,133 @@
+"""One registered function tool: its options, its definition for the agent, its arguments."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final, Generic, ParamSpec, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from handlers.errors import RegistryError
+from handlers.schema import parameters_schema
+from handlers.signature import ArgsSpec
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_QUEUE = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+
+DEFAULT_TIMEOUT: Final = 60.0
+DEFAULT_MAX_OUTPUT_CHARS: Final = 100_000
+
+
+class _RunAgain:
+    """Type of :data:`RUN_AGAIN`."""
+
+    def __repr__(self) -> str:
+        return "RUN_AGAIN"
+
+
+#: Returned by a ``reconcile`` hook to say the function did not run and may run again.
+RUN_AGAIN: Final = _RunAgain()
+
+
+class InvalidArguments(ValueError):
+    """Arguments that are not JSON, not an object, or fail the tool's model."""
+
+
+def queue_for(name: str) -> str:
+    """The default queue of a tool: one queue per function, so each gets its own workers."""
+    return f"fn.{name}"
+
+
+@dataclass(frozen=True, eq=False)
+class Tool(Generic[P, R]):
+    """A function registered as a tool, still callable as the plain function it wraps."""
+
+    fn: Callable[P, R]
+    name: str
+    description: str
+    args: ArgsSpec
+    queue: str
+    timeout: float = DEFAULT_TIMEOUT
+    idempotent: bool = True
+    reconcile: Callable[[Any], Any] | None = None
+    defer_loading: bool = False
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
+
+    def __post_init__(self) -> None:
+        _check_options(self)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Call the plain function, so tools stay testable without toolfan."""
+        return self.fn(*args, **kwargs)
+
+    @property
+    def is_async(self) -> bool:
+        """Whether the function is a coroutine function (run on an event loop)."""
+        return inspect.iscoroutinefunction(self.fn)
+
+    def definition(self) -> dict[str, Any]:
+        """The function definition as placed in ``agent.tools``."""
+        return {
+            "type": "function",
+            "name": self.name,
+            "description": self.description,
+            "parameters": parameters_schema(self.args.model),
+            "defer_loading": self.defer_loading,
+        }
+
+    def parse(self, arguments: Any) -> BaseModel:
+        """Validate raw call arguments (a JSON object, or a string holding one).
+
+        Raises:
+            InvalidArguments: with a message naming every invalid field and why.
+        """
+        if isinstance(arguments, str | bytes):
+            arguments = _decode(arguments)
+        if not isinstance(arguments, dict):
+            raise InvalidArguments(f"expected a JSON object, got {_json_type(arguments)}")
+        try:
+            return self.args.model.model_validate(arguments)
+        except ValidationError as exc:
+            raise InvalidArguments(_describe_errors(exc)) from exc
+
+
+def _check_options(tool: Tool[Any, Any]) -> None:
+    if not _NAME.match(tool.name):
+        raise RegistryError(f"tool name {tool.name!r} must match {_NAME.pattern}")
+    if not _QUEUE.match(tool.queue):
+        raise RegistryError(f"tool {tool.name!r}: queue {tool.queue!r} must match {_QUEUE.pattern}")
+    if not tool.timeout > 0:
+        raise RegistryError(f"tool {tool.name!r}: timeout must be positive")
+    if tool.max_output_chars < 100:
+        raise RegistryError(f"tool {tool.name!r}: max_output_chars must be at least 100")
+    if tool.reconcile is not None and tool.idempotent:
+        raise RegistryError(f"tool {tool.name!r}: reconcile is for idempotent=False tools")
+    if inspect.iscoroutinefunction(tool.reconcile):
+        raise RegistryError(f"tool {tool.name!r}: reconcile must be a plain (not async) function")
+
+
+def _decode(text: str | bytes) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InvalidArguments(f"not valid JSON ({exc})") from exc
+
+
+def _json_type(value: Any) -> str:
+    names = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number" if isinstance(value, int | float) else "a value")
+
+
+def _describe_errors(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in error["loc"]) or "arguments"
+        parts.append(f"{where}: {error['msg']}")
+    return "; ".join(parts)

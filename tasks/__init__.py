@@ -1,0 +1,5 @@
+"""The Celery side of toolfan: app, queues, the ``execute`` task and the Redis ledger."""
+
+from tasks.app import app
+
+__all__ = ["app"]

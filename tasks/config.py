@@ -1,0 +1,72 @@
+"""Celery configuration built from the settings and the registry.
+
+The choices here are what make at-least-once delivery safe to combine with the ledger:
+late acks and re-queueing on a lost worker (so a crash means redelivery, never loss),
+prefetch 1 (a long call never holds other calls hostage), and hard time limits well
+below the Redis ``visibility_timeout`` (so a slow call is never redelivered while it is
+still running).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kombu import Queue
+
+from handlers.errors import RegistryError
+from handlers.registry import Registry
+from tasks.queues import ControlQueue, Router, all_queues
+from tasks.settings import Settings
+
+
+def hard_limit(settings: Settings, timeout: float) -> float:
+    """The hard time limit of a task whose tool times out after ``timeout`` seconds."""
+    return timeout + settings.time_limit_grace
+
+
+def ceiling(settings: Settings) -> float:
+    """The largest hard limit allowed: half the visibility timeout."""
+    return settings.visibility_timeout / 2
+
+
+def check_limits(settings: Settings, registry: Registry) -> None:
+    """Refuse tool timeouts that could outlive the broker's redelivery delay.
+
+    Raises:
+        RegistryError: naming the tool and the limit it breaks.
+    """
+    for tool in registry:
+        if hard_limit(settings, tool.timeout) > ceiling(settings):
+            raise RegistryError(
+                f"tool {tool.name!r}: timeout {tool.timeout:g} s plus a grace of "
+                f"{settings.time_limit_grace:g} s exceeds half of TOOLFAN_VISIBILITY_TIMEOUT "
+                f"({settings.visibility_timeout} s); raise the latter or shorten the tool"
+            )
+
+
+def celery_config(settings: Settings, registry: Registry) -> dict[str, Any]:
+    """The full Celery configuration mapping."""
+    check_limits(settings, registry)
+    transport = {"visibility_timeout": settings.visibility_timeout}
+    return {
+        "broker_url": settings.broker,
+        "result_backend": settings.redis_url,
+        "broker_transport_options": transport,
+        "result_backend_transport_options": transport,
+        "broker_connection_retry_on_startup": True,
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "task_time_limit": ceiling(settings),
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "task_track_started": True,
+        "result_expires": settings.result_expires,
+        "task_queues": [Queue(name, routing_key=name) for name in all_queues(registry)],
+        "task_default_queue": ControlQueue.SUBMIT.value,
+        "task_routes": (Router(registry),),
+    }

@@ -1,0 +1,127 @@
+"""The ``execute`` task: run one function call at most once, and always return a result.
+
+The plain function :func:`execute_call` holds the logic and is tested without Celery; the
+task is a thin wrapper. It never raises: a raised exception in a chord header means the
+callback never runs, so the session's other results would never be submitted.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import cache
+from typing import Any
+
+from celery import Task
+from celery.canvas import Signature
+
+from handlers.registry import Registry
+from handlers.result import CallResult, Outcome
+from handlers.runner import parse_arguments, run_call, run_reconcile, unknown_function
+from tasks.app import app
+from tasks.config import hard_limit
+from tasks.ledger import CallRef, Ledger, LedgerError
+from tasks.queues import EXECUTE_TASK, execute_queue
+from tasks.settings import get_settings, load_registry
+
+log = logging.getLogger("toolfan.execute")
+
+LEDGER_RETRIES = 5
+
+
+@cache
+def get_ledger() -> Ledger:
+    """The ledger of this process, on ``TOOLFAN_REDIS_URL``."""
+    settings = get_settings()
+    return Ledger.from_url(settings.redis_url, settings.ledger_ttl)
+
+
+def execute_call(
+    ref: CallRef, name: str, arguments: Any, ledger: Ledger, registry: Registry
+) -> CallResult:
+    """Run one call unless the ledger already holds its result; save and return the result.
+
+    Raises:
+        LedgerError: the ledger is unreachable, so "at most once" cannot be guaranteed;
+            the caller retries later rather than run the function unrecorded.
+    """
+    context = {
+        "session_id": ref.session_id,
+        "turn_id": ref.turn_id,
+        "call_id": ref.call_id,
+        "function": name,
+    }
+    begin = ledger.begin(ref, name)
+    if begin.saved is not None:
+        log.info("%s returning saved result", _where(context), extra=context)
+        return begin.saved
+    return ledger.finish(ref, _produce(name, arguments, begin.attempts, registry, context))
+
+
+def _produce(
+    name: str, arguments: Any, attempts: int, registry: Registry, context: dict[str, Any]
+) -> CallResult:
+    tool = registry.get(name)
+    if tool is None:
+        log.warning("%s unknown function", _where(context), extra=context)
+        return unknown_function(registry, name)
+    args = parse_arguments(tool, arguments, context)
+    if isinstance(args, CallResult):
+        return args
+    if attempts > 1 and not tool.idempotent:
+        log.warning(
+            "%s interrupted earlier (attempt %d); reconciling",
+            _where(context),
+            attempts,
+            extra=context,
+        )
+        reconciled = run_reconcile(tool, args, context)
+        if reconciled is not None:
+            return reconciled
+    return run_call(tool, args, context)
+
+
+def _where(context: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in context.items())
+
+
+def result_payload(ref: CallRef, name: str, result: CallResult) -> dict[str, Any]:
+    """The JSON the task returns: the call's identity plus its result."""
+    return {
+        "session_id": ref.session_id,
+        "turn_id": ref.turn_id,
+        "call_id": ref.call_id,
+        "name": name,
+        **result.to_json_dict(),
+    }
+
+
+@app.task(name=EXECUTE_TASK, bind=True, max_retries=LEDGER_RETRIES)
+def execute(
+    self: Task[Any, Any], session_id: str, turn_id: str, call_id: str, name: str, arguments: Any
+) -> dict[str, Any]:
+    """Run one function call of a session; returns its result, never raises."""
+    ref = CallRef(session_id, turn_id, call_id)
+    try:
+        result = execute_call(ref, name, arguments, get_ledger(), load_registry())
+    except LedgerError as exc:
+        if self.request.retries < LEDGER_RETRIES:
+            raise self.retry(countdown=2**self.request.retries, exc=exc) from exc
+        log.error("session_id=%s call_id=%s giving up: %s", session_id, call_id, exc)
+        result = CallResult.fail(
+            Outcome.EXCEPTION, "toolfan could not record this call; retry later"
+        )
+    return result_payload(ref, name, result)
+
+
+def call_signature(
+    session_id: str, turn_id: str, call_id: str, name: str, arguments: Any
+) -> Signature[Any]:
+    """A routed ``execute`` signature: on its tool's queue, with its tool's hard time limit."""
+    registry, settings = load_registry(), get_settings()
+    tool = registry.get(name)
+    timeout = tool.timeout if tool is not None else 10.0
+    options: dict[str, Any] = {
+        "queue": execute_queue(registry, name),
+        "time_limit": hard_limit(settings, timeout),
+    }
+    return execute.si(session_id, turn_id, call_id, name, arguments).set(**options)

@@ -1,0 +1,173 @@
+"""The Redis ledger: what became of each call, and who owns each session right now.
+
+A record per (session, turn, call) says whether the call started or finished, holds the
+saved result, and counts attempts. Every update is one Lua script, so a redelivered task
+racing the original sees either no result or the one saved result, never half of one.
+Session claims are leases: an owner token with a TTL, released by compare-and-delete so
+a slow owner can never free a claim that has since passed to someone else.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis
+
+from handlers.errors import ToolfanError
+from handlers.result import CallResult
+from tasks import keys
+
+_BEGIN = """
+local result = redis.call('HGET', KEYS[1], 'result')
+if result then
+  return {'done', result, tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0')}
+end
+local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+if attempts == 1 then
+  redis.call('HSET', KEYS[1], 'name', ARGV[3], 'first_started_at', ARGV[1])
+end
+redis.call('HSET', KEYS[1], 'state', 'started', 'started_at', ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return {'started', false, attempts}
+"""
+
+_FINISH = """
+local result = redis.call('HGET', KEYS[1], 'result')
+if result then return result end
+redis.call('HSET', KEYS[1], 'state', 'done', 'result', ARGV[1], 'finished_at', ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return ARGV[1]
+"""
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+
+
+class LedgerError(ToolfanError):
+    """The ledger could not be read or updated (Redis unreachable or refusing)."""
+
+
+@dataclass(frozen=True)
+class CallRef:
+    """The identity of one function call within a session."""
+
+    session_id: str
+    turn_id: str
+    call_id: str
+
+    @property
+    def key(self) -> str:
+        """The ledger key of this call."""
+        return keys.call(self.session_id, self.turn_id, self.call_id)
+
+
+@dataclass(frozen=True)
+class Begin:
+    """What the ledger knew when an execution began.
+
+    ``saved`` is the saved result when the call already finished; otherwise ``attempts``
+    counts this attempt too, so ``attempts > 1`` means an earlier attempt started and
+    left no result (a crash or a redelivery).
+    """
+
+    saved: CallResult | None
+    attempts: int
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """The ledger's full view of one call."""
+
+    state: str
+    attempts: int
+    name: str | None
+    result: CallResult | None
+    first_started_at: float | None
+    started_at: float | None
+    finished_at: float | None
+
+
+class Ledger:
+    """Call records and session claims in Redis."""
+
+    def __init__(self, client: redis.Redis, ttl: int) -> None:
+        self.client = client
+        self.ttl = ttl
+        self._begin = client.register_script(_BEGIN)
+        self._finish = client.register_script(_FINISH)
+        self._release = client.register_script(_RELEASE)
+        self._renew = client.register_script(_RENEW)
+
+    @classmethod
+    def from_url(cls, url: str, ttl: int) -> Ledger:
+        """A ledger on the Redis at ``url``."""
+        return cls(redis.Redis.from_url(url, decode_responses=True), ttl)
+
+    def begin(self, ref: CallRef, name: str) -> Begin:
+        """Mark an attempt started, unless the call already has a saved result."""
+        state, result, attempts = self._run(self._begin, [ref.key], [time.time(), self.ttl, name])
+        saved = CallResult.model_validate_json(result) if state == "done" else None
+        return Begin(saved=saved, attempts=int(attempts))
+
+    def finish(self, ref: CallRef, result: CallResult) -> CallResult:
+        """Save a result; the first saved result wins and is returned to every caller."""
+        payload = result.model_dump_json(exclude_none=True)
+        saved = self._run(self._finish, [ref.key], [payload, time.time(), self.ttl])
+        return result if saved == payload else CallResult.model_validate_json(saved)
+
+    def record(self, ref: CallRef) -> CallRecord | None:
+        """The stored record of a call, or None when the ledger never saw it."""
+        raw = cast(dict[str, str], self._call(self.client.hgetall, ref.key))
+        if not raw:
+            return None
+        result = raw.get("result")
+        return CallRecord(
+            state=raw.get("state", "unknown"),
+            attempts=int(raw.get("attempts", 0)),
+            name=raw.get("name"),
+            result=CallResult.model_validate_json(result) if result else None,
+            first_started_at=_float(raw.get("first_started_at")),
+            started_at=_float(raw.get("started_at")),
+            finished_at=_float(raw.get("finished_at")),
+        )
+
+    def claim(self, session_id: str, token: str, lease_ms: int) -> bool:
+        """Take a session's claim for ``lease_ms`` unless someone holds it."""
+        return bool(
+            self._call(self.client.set, keys.claim(session_id), token, nx=True, px=lease_ms)
+        )
+
+    def renew(self, session_id: str, token: str, lease_ms: int) -> bool:
+        """Extend a claim this owner still holds; False when it expired or passed on."""
+        return bool(self._run(self._renew, [keys.claim(session_id)], [token, lease_ms]))
+
+    def release(self, session_id: str, token: str) -> bool:
+        """Free a claim only if ``token`` still owns it."""
+        return bool(self._run(self._release, [keys.claim(session_id)], [token]))
+
+    def claim_owner(self, session_id: str) -> str | None:
+        """The token holding a session's claim, or None."""
+        return cast(str | None, self._call(self.client.get, keys.claim(session_id)))
+
+    def _run(self, script: Any, keys_: list[str], args: list[Any]) -> Any:
+        return self._call(script, keys=keys_, args=args)
+
+    @staticmethod
+    def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except redis.RedisError as exc:
+            raise LedgerError(f"ledger unavailable: {type(exc).__name__}: {exc}") from exc
+
+
+def _float(value: str | None) -> float | None:
+    return float(value) if value else None

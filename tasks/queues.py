@@ -1,0 +1,59 @@
+"""Queue names and routing, derived from the registry in one place.
+
+Each tool has its own queue (``fn.<name>`` unless it names another), so each function can
+get its own workers, pool and concurrency. Two control queues carry toolfan's own work.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from handlers.registry import Registry
+
+
+class ControlQueue(StrEnum):
+    """toolfan's own queues, consumed by every default worker."""
+
+    SUBMIT = "toolfan.submit"
+    POLL = "toolfan.poll"
+
+
+EXECUTE_TASK = "toolfan.execute"
+SUBMIT_TASK = "toolfan.submit"
+POLL_TASK = "toolfan.poll"
+
+
+def all_queues(registry: Registry) -> list[str]:
+    """Every queue a default worker consumes: the function queues, then the control queues."""
+    return [*registry.queues(), *(q.value for q in ControlQueue)]
+
+
+def execute_queue(registry: Registry, name: str) -> str:
+    """The queue for a call to ``name``; unknown functions go to the submit queue.
+
+    Unknown names still need a worker to answer them with an "unknown function" error,
+    and every default worker consumes the control queues.
+    """
+    tool = registry.get(name)
+    return tool.queue if tool is not None else ControlQueue.SUBMIT.value
+
+
+class Router:
+    """Celery router: ``execute`` by its function name, control tasks to their queues."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+
+    def __call__(
+        self, name: str, args: Any, kwargs: Any, options: Any, task: Any = None, **kw: Any
+    ) -> dict[str, str] | None:
+        """Pick the queue of a task by its name (and, for ``execute``, its function)."""
+        if name == EXECUTE_TASK:
+            fn = (kwargs or {}).get("name") or (args[3] if args and len(args) > 3 else "")
+            return {"queue": execute_queue(self.registry, str(fn))}
+        if name == SUBMIT_TASK:
+            return {"queue": ControlQueue.SUBMIT.value}
+        if name == POLL_TASK:
+            return {"queue": ControlQueue.POLL.value}
+        return None

@@ -1,0 +1,81 @@
+"""One ``Settings`` object, read from ``TOOLFAN_*`` environment variables.
+
+Every process builds the same settings from the same environment, so the worker, the
+poller and the CLI agree on Redis, the broker and the tool modules without sharing files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from handlers.errors import ToolfanError
+from handlers.registry import Registry, registry
+
+_PREFIX = "TOOLFAN_"
+
+
+class SettingsError(ToolfanError):
+    """An environment variable holds a value toolfan cannot use."""
+
+
+class Settings(BaseModel):
+    """toolfan's configuration; each field is read from ``TOOLFAN_<FIELD>``."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    redis_url: str = "redis://localhost:6379/0"
+    broker_url: str | None = Field(None, description="defaults to redis_url")
+    handlers: tuple[str, ...] = ("handlers.examples",)
+    ledger_ttl: int = Field(7 * 86400, gt=0, description="seconds a call record is kept")
+    visibility_timeout: int = Field(3600, gt=0, description="Redis broker redelivery delay")
+    result_expires: int = Field(86400, gt=0, description="seconds Celery keeps task results")
+    time_limit_grace: float = Field(30.0, ge=0, description="added to a tool's hard limit")
+
+    @field_validator("handlers", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @property
+    def broker(self) -> str:
+        """The broker URL: ``TOOLFAN_BROKER_URL``, else the Redis URL."""
+        return self.broker_url or self.redis_url
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read the settings from an environment mapping (default: ``os.environ``).
+
+        Raises:
+            SettingsError: naming the variable and what is wrong with it.
+        """
+        env = os.environ if environ is None else environ
+        values = {
+            name: env[_PREFIX + name.upper()]
+            for name in cls.model_fields
+            if _PREFIX + name.upper() in env
+        }
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            raise SettingsError(f"{_PREFIX}{str(error['loc'][0]).upper()}: {error['msg']}") from exc
+
+
+@cache
+def get_settings() -> Settings:
+    """The settings of this process, read once."""
+    return Settings.from_env()
+
+
+@cache
+def load_registry() -> Registry:
+    """The process-wide registry, filled from the ``TOOLFAN_HANDLERS`` modules once."""
+    registry.load(get_settings().handlers)
+    return registry

@@ -1,0 +1,77 @@
+"""Test set-up: a real Redis (started privately when none answers) and real workers.
+
+The environment is fixed in ``pytest_configure``, before any toolfan module is imported,
+because every toolfan process reads its settings from the environment once. Tests use two
+databases of that Redis: 14 for the broker, 15 for results and the ledger (flushed per
+test); nothing else on that server is touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.services import ROOT, Worker, private_redis, redis_answers
+
+_stack = contextlib.ExitStack()
+TEST_HANDLERS = "handlers.examples,tests.tools"
+
+
+def _base_url() -> str:
+    url = os.environ.get("TOOLFAN_REDIS_URL", "redis://localhost:6379/0")
+    if redis_answers(url):
+        return url.rsplit("/", 1)[0] if url.count("/") > 2 else url
+    return _stack.enter_context(private_redis())
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    base = _base_url()
+    tmp = Path(_stack.enter_context(tempfile.TemporaryDirectory(prefix="toolfan-tests-")))
+    os.environ.update(
+        TOOLFAN_REDIS_URL=f"{base}/15",
+        TOOLFAN_BROKER_URL=os.environ.get("TOOLFAN_TEST_BROKER_URL", f"{base}/14"),
+        TOOLFAN_HANDLERS=TEST_HANDLERS,
+        TOOLFAN_EXAMPLES_DB=str(tmp / "examples.sqlite3"),
+        TOOLFAN_TEST_TMP=str(tmp),
+    )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _stack.close()
+
+
+@pytest.fixture
+def redis_client() -> Iterator[redis.Redis]:
+    """The results/ledger database, flushed before the test."""
+    client = redis.Redis.from_url(os.environ["TOOLFAN_REDIS_URL"], decode_responses=True)
+    client.flushdb()
+    yield client
+    client.close()
+
+
+def worker_env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **extra}
+    env.pop("PYTEST_CURRENT_TEST", None)
+    return env
+
+
+@pytest.fixture(scope="session")
+def worker() -> Iterator[Worker]:
+    """One prefork worker with two processes on every queue, shared by the session."""
+    log = Path(os.environ["TOOLFAN_TEST_TMP"]) / "worker.log"
+    w = Worker(
+        ["-c", "2", "-P", "prefork", "-n", "test@%h", "--without-mingle", "--without-gossip"],
+        log,
+        worker_env(),
+    )
+    try:
+        w.wait_ready()
+        yield w
+    finally:
+        w.stop()

@@ -1,0 +1,71 @@
+import pytest
+
+from handlers import Registry, RegistryError
+from tasks import app
+from tasks.config import celery_config, check_limits
+from tasks.queues import Router
+from tasks.settings import Settings, SettingsError
+from tasks.worker import worker_argv
+
+
+def test_app_config_makes_at_least_once_safe():
+    conf = app.conf
+    assert conf.task_acks_late and conf.task_reject_on_worker_lost
+    assert conf.worker_prefetch_multiplier == 1
+    assert conf.accept_content == ["json"] and conf.task_serializer == "json"
+    assert conf.worker_send_task_events and conf.task_send_sent_event
+    vt = conf.broker_transport_options["visibility_timeout"]
+    assert conf.result_backend_transport_options["visibility_timeout"] == vt
+    assert conf.task_time_limit <= vt / 2
+    assert conf.result_expires > 0
+
+
+def test_routes_follow_the_registry():
+    reg = Registry()
+
+    @reg.tool(queue="slow")
+    def crunch() -> None:
+        """Slow."""
+
+    @reg.tool
+    def quick() -> None:
+        """Quick."""
+
+    route = Router(reg)
+    assert route("toolfan.execute", ("s", "t", "c", "crunch", {}), {}, {}) == {"queue": "slow"}
+    assert route("toolfan.execute", (), {"name": "quick"}, {}) == {"queue": "fn.quick"}
+    assert route("toolfan.execute", (), {"name": "ghost"}, {}) == {"queue": "toolfan.submit"}
+    assert route("toolfan.submit", (), {}, {}) == {"queue": "toolfan.submit"}
+    assert route("toolfan.poll", (), {}, {}) == {"queue": "toolfan.poll"}
+    names = [q.name for q in celery_config(Settings(), reg)["task_queues"]]
+    assert names == ["fn.quick", "slow", "toolfan.submit", "toolfan.poll"]
+
+
+def test_tool_timeout_beyond_visibility_timeout_is_refused():
+    reg = Registry()
+
+    @reg.tool(timeout=2000)
+    def long() -> None:
+        """Long."""
+
+    with pytest.raises(RegistryError, match="TOOLFAN_VISIBILITY_TIMEOUT"):
+        check_limits(Settings(), reg)
+    check_limits(Settings(visibility_timeout=10_000), reg)
+
+
+def test_settings_from_env():
+    s = Settings.from_env(
+        {"TOOLFAN_REDIS_URL": "redis://r:1/2", "TOOLFAN_HANDLERS": "a.b, c ,", "OTHER": "x"}
+    )
+    assert s.redis_url == "redis://r:1/2" and s.broker == "redis://r:1/2"
+    assert s.handlers == ("a.b", "c")
+    assert Settings.from_env({"TOOLFAN_BROKER_URL": "amqp://h"}).broker == "amqp://h"
+    with pytest.raises(SettingsError, match="TOOLFAN_LEDGER_TTL"):
+        Settings.from_env({"TOOLFAN_LEDGER_TTL": "soon"})
+
+
+def test_worker_argv_defaults_and_subset():
+    argv = worker_argv(["-c", "4"])
+    queues = argv[argv.index("-Q") + 1].split(",")
+    assert "fn.add" in queues and queues[-2:] == ["toolfan.submit", "toolfan.poll"]
+    assert worker_argv(["-Q", "fn.add"]) == ["worker", "-Q", "fn.add", "--loglevel", "INFO"]

@@ -1,0 +1,85 @@
+import os
+import time
+import uuid
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from handlers.result import CallResult, Outcome
+from tasks import keys
+from tasks.ledger import CallRef, Ledger, LedgerError
+
+
+@pytest.fixture
+def ledger(redis_client) -> Ledger:
+    return Ledger(redis_client, ttl=3600)
+
+
+def ref() -> CallRef:
+    return CallRef(f"sess_{uuid.uuid4().hex[:8]}", "turn_1", f"call_{uuid.uuid4().hex[:8]}")
+
+
+def test_begin_counts_attempts_until_a_result_is_saved(ledger, redis_client):
+    r = ref()
+    first = ledger.begin(r, "add")
+    assert (first.saved, first.attempts) == (None, 1)
+    assert ledger.begin(r, "add").attempts == 2
+    saved = ledger.finish(r, CallResult.ok("3"))
+    assert saved == CallResult.ok("3")
+    again = ledger.begin(r, "add")
+    assert again.saved == CallResult.ok("3") and again.attempts == 2
+    record = ledger.record(r)
+    assert record.state == "done" and record.name == "add" and record.attempts == 2
+    assert record.first_started_at <= record.started_at <= record.finished_at
+    assert 0 < redis_client.ttl(r.key) <= 3600
+
+
+def test_first_saved_result_wins(ledger):
+    r = ref()
+    ledger.begin(r, "add")
+    ledger.finish(r, CallResult.ok("first"))
+    assert ledger.finish(r, CallResult.fail(Outcome.TIMEOUT, "late")) == CallResult.ok("first")
+    assert ledger.record(r).result == CallResult.ok("first")
+
+
+def test_keys_share_the_session_hash_tag():
+    assert keys.call("s1", "t", "c") == "toolfan:call:{s1}:t:c"
+    assert keys.claim("s1") == "toolfan:claim:{s1}"
+
+
+def test_unknown_record_is_none(ledger):
+    assert ledger.record(ref()) is None
+
+
+def test_claims_are_leases_with_owner_tokens(ledger, redis_client):
+    session = ref().session_id
+    assert ledger.claim(session, "owner-a", 5000)
+    assert not ledger.claim(session, "owner-b", 5000)
+    assert ledger.claim_owner(session) == "owner-a"
+    assert not ledger.release(session, "owner-b")
+    assert ledger.claim_owner(session) == "owner-a"
+    assert ledger.renew(session, "owner-a", 60_000)
+    assert redis_client.pttl(keys.claim(session)) > 5000
+    assert not ledger.renew(session, "owner-b", 60_000)
+    assert ledger.release(session, "owner-a")
+    assert ledger.claim_owner(session) is None
+    assert ledger.claim(session, "owner-b", 5000)
+
+
+def test_claim_expires(ledger):
+    session = ref().session_id
+    assert ledger.claim(session, "a", 50)
+    time.sleep(0.15)
+    assert ledger.claim(session, "b", 5000)
+    assert not ledger.release(session, "a")
+
+
+def test_unreachable_redis_is_a_ledger_error():
+    dead = Ledger(
+        redis.Redis(port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0)), ttl=60
+    )
+    with pytest.raises(LedgerError, match="ledger unavailable"):
+        dead.begin(ref(), "add")
+    assert os.environ["TOOLFAN_REDIS_URL"].endswith("/15")

@@ -1,0 +1,91 @@
+"""The execute task on a real prefork worker process, over a real Redis broker."""
+
+import os
+import signal
+import uuid
+
+import pytest
+from celery import chord
+
+from tasks import app
+from tasks.execute import call_signature
+from tests.services import wait_for
+from tests.tools import collect
+
+pytestmark = pytest.mark.usefixtures("worker")
+
+
+def new_session() -> str:
+    return f"sess_{uuid.uuid4().hex[:10]}"
+
+
+def test_worker_consumes_every_function_queue_and_the_control_queues():
+    replies = app.control.inspect(timeout=1.5).active_queues() or {}
+    assert replies, "the worker did not answer"
+    queues = {q["name"] for qs in replies.values() for q in qs}
+    assert {"fn.add", "fn.count", "fn.get_weather", "toolfan.submit", "toolfan.poll"} <= queues
+
+
+def test_execute_routes_runs_and_returns(redis_client):
+    result = call_signature(
+        new_session(), "turn_1", "call_1", "add", {"a": 2, "b": 3}
+    ).apply_async()
+    payload = result.get(timeout=30)
+    assert payload["success"] is True and payload["output"] == "5"
+    assert payload["call_id"] == "call_1" and payload["name"] == "add"
+
+
+def test_redelivered_execute_returns_saved_result_and_runs_once(redis_client):
+    session, key = new_session(), uuid.uuid4().hex
+    first = call_signature(session, "turn_1", "call_1", "count", {"key": key}).apply_async()
+    assert first.get(timeout=30)["output"] == "1"
+    # The same call delivered again (a redelivery after a lost ack looks exactly like this).
+    again = call_signature(session, "turn_1", "call_1", "count", {"key": key}).apply_async()
+    assert again.get(timeout=30) == first.get()
+    assert redis_client.get(f"test:runs:{key}") == "1"
+    # A different call of the same function does run.
+    other = call_signature(session, "turn_1", "call_2", "count", {"key": key}).apply_async()
+    assert other.get(timeout=30)["output"] == "2"
+
+
+def _kill_mid_call(redis_client, name: str) -> tuple[dict, str]:
+    session, key = new_session(), uuid.uuid4().hex
+    result = call_signature(
+        session, "turn_1", "call_1", name, {"key": key, "seconds": 20}
+    ).apply_async()
+    pid = wait_for(lambda: redis_client.get(f"test:pid:{key}"), 30, "the tool to start")
+    os.kill(int(pid), signal.SIGKILL)
+    return result.get(timeout=60), key
+
+
+def test_sigkilled_non_idempotent_call_is_not_rerun_blindly(redis_client):
+    payload, key = _kill_mid_call(redis_client, "charge")
+    assert payload["success"] is False
+    assert payload["outcome"] == "outcome_unknown"
+    assert payload["error"] == "Function 'charge' may already have run; its outcome is unknown"
+    assert redis_client.get(f"test:runs:{key}") == "1"
+
+
+def test_sigkilled_non_idempotent_call_uses_reconcile(redis_client):
+    payload, key = _kill_mid_call(redis_client, "charge_reconciled")
+    assert payload["success"] is True
+    assert payload["output"] == '{"reconciled":true,"runs":1}'
+    assert redis_client.get(f"test:runs:{key}") == "1"
+
+
+def test_chord_reaches_callback_when_a_handler_raises(redis_client):
+    session, key = new_session(), uuid.uuid4().hex
+    calls = [
+        ("call_a", "add", {"a": 1, "b": 1}),
+        ("call_b", "boom", {}),
+        ("call_c", "count", {"key": key}),
+        ("call_d", "no_such_function", {}),
+        ("call_e", "add", "{not json"),
+    ]
+    header = [call_signature(session, "turn_1", cid, name, args) for cid, name, args in calls]
+    results = chord(header)(collect.s().set(queue="toolfan.submit")).get(timeout=60)
+    assert [r["call_id"] for r in results] == [c[0] for c in calls]
+    assert [r["success"] for r in results] == [True, False, True, False, False]
+    assert results[1]["error"] == "Function 'boom' failed: RuntimeError: kaboom"
+    assert results[3]["outcome"] == "unknown_function"
+    assert results[4]["outcome"] == "invalid_arguments"

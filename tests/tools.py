@@ -1,0 +1,84 @@
+"""Tools used by the tests; the worker loads them through TOOLFAN_HANDLERS.
+
+Side effects are counted in Redis so that a test in another process can see exactly how
+many times a function really ran.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import redis
+from celery import shared_task
+
+from handlers import RUN_AGAIN, ToolError, tool
+
+
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(os.environ["TOOLFAN_REDIS_URL"], decode_responses=True)
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@tool
+def boom() -> None:
+    """Always fails with an unexpected exception."""
+    raise RuntimeError("kaboom")
+
+
+@tool
+def refuse(reason: str) -> None:
+    """Fails on purpose with a message for the model."""
+    raise ToolError(reason)
+
+
+@tool(timeout=0.5)
+def sleepy(seconds: float) -> str:
+    """Sleeps longer than its timeout allows."""
+    time.sleep(seconds)
+    return "woke up"
+
+
+@tool
+def count(key: str) -> int:
+    """Counts its runs under ``key``: the side effect the tests count."""
+    return int(_redis().incr(f"test:runs:{key}"))
+
+
+def _note_start(key: str) -> None:
+    client = _redis()
+    client.incr(f"test:runs:{key}")
+    client.set(f"test:pid:{key}", os.getpid())
+
+
+@tool(idempotent=False, timeout=30)
+def charge(key: str, seconds: float = 0.0) -> str:
+    """A non-idempotent tool without a reconcile hook."""
+    _note_start(key)
+    time.sleep(seconds)
+    return "charged"
+
+
+def _charged_already(args: Any) -> Any:
+    runs = int(_redis().get(f"test:runs:{args.key}") or 0)
+    return {"reconciled": True, "runs": runs} if runs else RUN_AGAIN
+
+
+@tool(idempotent=False, timeout=30, reconcile=_charged_already)
+def charge_reconciled(key: str, seconds: float = 0.0) -> str:
+    """A non-idempotent tool whose reconcile hook checks for an earlier run."""
+    _note_start(key)
+    time.sleep(seconds)
+    return "charged"
+
+
+@shared_task(name="tests.collect")
+def collect(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chord callback for the tests: hands the header results back unchanged."""
+    return results

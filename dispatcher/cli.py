@@ -48,9 +48,30 @@ def _add_worker(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.set_defaults(command=_cmd_worker, passthrough=True)
 
 
+def _cmd_emulator(args: argparse.Namespace, rest: list[str]) -> int:
+    """Serve the local Agents API emulator until interrupted."""
+    from emulator.server import serve
+
+    serve(args.host, args.port, api_key=args.api_key, log_level=args.log_level)
+    return 0
+
+
+def _add_emulator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "emulator",
+        help="serve a local stand-in of the Agents API sessions endpoints (see emulator/README.md)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="interface to listen on (127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="port to listen on (8765; 0: any free)")
+    p.add_argument("--api-key", default=None, help="the only bearer token accepted (default: any)")
+    p.add_argument("--log-level", default="info", help="uvicorn log level (info)")
+    p.set_defaults(command=_cmd_emulator, passthrough=False)
+
+
 _PARSERS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     _add_tools,
     _add_worker,
+    _add_emulator,
 )
 
 

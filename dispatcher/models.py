@@ -1,0 +1,128 @@
+"""The subset of the Agents API's objects toolfan reads, parsed tolerantly.
+
+Unknown fields are ignored, and a required action of any type other than
+``function_call`` (approvals, environment connections, types invented next year) is kept
+as an :class:`OpaqueAction` instead of failing the session: toolfan must leave those alone
+and count them, never crash on them. A ``function_call`` too malformed to run becomes an
+opaque entry with a ``problem``, so one bad entry cannot hide the session's other calls.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
+
+SessionStatus = Literal["idle", "in_progress", "requires_action", "failed"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class FunctionCall(_Model):
+    """A ``function_call`` required action: the one kind toolfan answers."""
+
+    type: Literal["function_call"] = "function_call"
+    turn_id: str = Field(min_length=1)
+    call_id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    arguments: Any = None
+    """The JSON value the model supplied (an object per the API), passed on unparsed."""
+
+
+class OpaqueAction(_Model):
+    """Any other required action, kept verbatim and never answered by toolfan.
+
+    Attributes:
+        type: The action's ``type`` as sent (``"<missing>"`` when absent).
+        raw: The whole entry as received.
+        problem: Why a ``function_call`` entry could not be read, else ``None``.
+    """
+
+    type: str
+    raw: dict[str, Any]
+    problem: str | None = None
+
+
+RequiredAction = FunctionCall | OpaqueAction
+
+
+def parse_action(value: Any) -> RequiredAction:
+    """Read one ``required_actions`` entry, never raising."""
+    if isinstance(value, FunctionCall | OpaqueAction):
+        return value
+    if not isinstance(value, dict):
+        return OpaqueAction(type="<invalid>", raw={"value": value}, problem="not a JSON object")
+    kind = value.get("type")
+    if kind == "function_call":
+        try:
+            return FunctionCall.model_validate(value)
+        except ValidationError as exc:
+            problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            return OpaqueAction(type=kind, raw=value, problem=f"malformed function_call: {problem}")
+    return OpaqueAction(type=kind if isinstance(kind, str) else "<missing>", raw=value)
+
+
+class Agent(_Model):
+    """The session's agent: its id and tool definitions."""
+
+    id: str
+    tools: list[dict[str, Any]] = []
+
+
+class Session(_Model):
+    """An ``agent.session``: its status and what it waits for.
+
+    ``required_actions`` is the authority on pending work; the session's history is not
+    read at all.
+    """
+
+    id: str = Field(min_length=1)
+    object: str = "agent.session"
+    status: SessionStatus | str
+    required_actions: list[Annotated[RequiredAction, PlainValidator(parse_action)]] = []
+    metadata: dict[str, str] = {}
+    created_at: int = 0
+    last_active_at: int | None = None
+    agent: Agent | None = None
+    error: str | None = None
+
+    @property
+    def function_calls(self) -> list[FunctionCall]:
+        """The calls toolfan should run."""
+        return [a for a in self.required_actions if isinstance(a, FunctionCall)]
+
+    @property
+    def other_actions(self) -> list[OpaqueAction]:
+        """Everything toolfan leaves alone (and malformed calls, see ``problem``)."""
+        return [a for a in self.required_actions if isinstance(a, OpaqueAction)]
+
+
+class SessionPage(_Model):
+    """One page of ``GET /agents/sessions``; items stay raw so each is parsed on its own."""
+
+    data: list[Any]
+    has_more: bool = False
+
+
+def tool_result_event(
+    turn_id: str,
+    call_id: str,
+    *,
+    success: bool,
+    output: str | list[dict[str, Any]] | None = None,
+    error: str | None = None,
+) -> dict[str, Any]:
+    """One ``agent.session.input.tool_result`` event: ``output`` on success, else ``error``."""
+    event: dict[str, Any] = {
+        "type": "agent.session.input.tool_result",
+        "turn_id": turn_id,
+        "call_id": call_id,
+        "success": success,
+    }
+    if success:
+        event["output"] = output if output is not None else ""
+    else:
+        event["error"] = error or "The function failed."
+    return event

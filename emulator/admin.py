@@ -1,0 +1,141 @@
+"""Admin routes under ``/_emulator``: script a running emulator from another process.
+
+They mirror the Python API of :class:`EmulatorState` so a demo script or an end-to-end test
+can seed sessions, set faults and read back what was received. They need no token and
+never inject faults: they are the operator's controls, not part of the emulated API.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from emulator.faults import Faults
+from emulator.state import EmulatorState
+from emulator.wire import JSON, WireError, function_call
+
+Handler = Callable[[Request], Awaitable[Response]]
+_SETTINGS = ("turn_duration", "stream_lifetime")
+
+
+def _actions(body: JSON) -> list[JSON]:
+    """``required_actions`` verbatim plus ``function_calls`` given as builder arguments."""
+    actions = list(body.get("required_actions", []))
+    for call in body.get("function_calls", []):
+        actions.append(function_call(**call))
+    return actions
+
+
+class Admin:
+    """The ``/_emulator`` endpoints over one :class:`EmulatorState`."""
+
+    def __init__(self, state: EmulatorState) -> None:
+        self.state = state
+
+    def routes(self) -> list[BaseRoute]:
+        """The routes, relative to the ``/_emulator`` mount."""
+        get, put, post = ["GET"], ["PUT"], ["POST"]
+        return [
+            Route("/reset", self._wrap(self.reset), methods=post),
+            Route("/faults", self._wrap(self.get_faults), methods=get),
+            Route("/faults", self._wrap(self.put_faults), methods=put),
+            Route("/settings", self._wrap(self.get_settings), methods=get),
+            Route("/settings", self._wrap(self.put_settings), methods=put),
+            Route("/sessions", self._wrap(self.create_session), methods=post),
+            Route("/sessions", self._wrap(self.list_ids), methods=get),
+            Route("/sessions/{session_id}", self._wrap(self.get_session), methods=get),
+            Route("/sessions/{session_id}/actions", self._wrap(self.add_actions), methods=post),
+            Route("/batches", self._wrap(self.batches), methods=get),
+            Route("/requests", self._wrap(self.requests), methods=get),
+        ]
+
+    @staticmethod
+    def _wrap(handler: Handler) -> Handler:
+        async def run(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except WireError as error:
+                return JSONResponse(error.body(), status_code=error.status)
+            except (ValueError, TypeError, KeyError) as error:
+                bad = WireError(
+                    400, f"Invalid admin request: {error}", code="invalid_admin_request"
+                )
+                return JSONResponse(bad.body(), status_code=400)
+
+        return run
+
+    async def reset(self, request: Request) -> Response:
+        """Forget everything: sessions, recordings, keys and faults."""
+        self.state.reset()
+        return JSONResponse({"reset": True})
+
+    async def get_faults(self, request: Request) -> Response:
+        """The current fault knobs."""
+        return JSONResponse(self.state.faults.to_json())
+
+    async def put_faults(self, request: Request) -> Response:
+        """Replace all knobs (omitted ones go back to their defaults) and reseed."""
+        faults = self.state.set_faults(Faults.from_json(await _body(request)))
+        return JSONResponse(faults.to_json())
+
+    async def get_settings(self, request: Request) -> Response:
+        """``turn_duration`` and ``stream_lifetime``."""
+        return JSONResponse({name: getattr(self.state, name) for name in _SETTINGS})
+
+    async def put_settings(self, request: Request) -> Response:
+        """Change ``turn_duration`` and/or ``stream_lifetime`` (seconds)."""
+        body = await _body(request)
+        unknown = set(body) - set(_SETTINGS)
+        if unknown:
+            raise ValueError(f"unknown settings {sorted(unknown)}")
+        for name, value in body.items():
+            setattr(self.state, name, float(value))
+        return await self.get_settings(request)
+
+    async def create_session(self, request: Request) -> Response:
+        """Create a session: ``EmulatorState.create_session`` options plus ``function_calls``."""
+        body = await _body(request)
+        options = {
+            k: body[k]
+            for k in ("session_id", "agent_id", "metadata", "tools", "status", "error")
+            if k in body
+        }
+        return JSONResponse(self.state.create_session(_actions(body), **options), status_code=201)
+
+    async def list_ids(self, request: Request) -> Response:
+        """Every session id, oldest first."""
+        return JSONResponse({"data": self.state.session_ids()})
+
+    async def get_session(self, request: Request) -> Response:
+        """A session, bypassing auth and faults."""
+        return JSONResponse(self.state.session(request.path_params["session_id"]))
+
+    async def add_actions(self, request: Request) -> Response:
+        """Append ``required_actions`` and/or ``function_calls`` to a session."""
+        body = await _body(request)
+        session = self.state.add_actions(request.path_params["session_id"], _actions(body))
+        return JSONResponse(session)
+
+    async def batches(self, request: Request) -> Response:
+        """Accepted batches with their headers, optionally of one ``session_id``."""
+        session_id = request.query_params.get("session_id")
+        return JSONResponse({"data": [b.to_json() for b in self.state.batches(session_id)]})
+
+    async def requests(self, request: Request) -> Response:
+        """The ``/v1`` request log, optionally filtered by ``path`` substring and ``method``."""
+        params = request.query_params
+        records = self.state.requests(params.get("path", ""), params.get("method"))
+        return JSONResponse({"data": [r.to_json() for r in records]})
+
+
+async def _body(request: Request) -> Any:
+    raw = await request.body()
+    body = json.loads(raw) if raw.strip() else {}
+    if not isinstance(body, dict):
+        raise ValueError("the body must be a JSON object")
+    return body

@@ -1,0 +1,192 @@
+"""The ``/v1`` routes: the Agents API sessions endpoints, with auth, faults and a request log.
+
+Every endpoint goes through :meth:`Api.endpoint`, which checks the bearer token and the
+``OpenAI-Beta`` header, rolls the fault dice, renders :class:`WireError` as the OpenAI
+error JSON and records the request, so each handler holds only its own logic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+
+from emulator.faults import Faults
+from emulator.sse import session_events
+from emulator.state import EmulatorState, RequestRecord
+from emulator.validation import parse_list_query
+from emulator.wire import WireError
+
+#: A handler's answer carrying this header loses its 202: the app drops the connection.
+DROP_HEADER = "x-emulator-drop-connection"
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def error_response(error: WireError) -> JSONResponse:
+    """The OpenAI error JSON with the error's status and headers."""
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+def redacted_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """Request headers safe to keep and show: the bearer token is never recorded."""
+    safe = {k.lower(): v for k, v in headers.items()}
+    if "authorization" in safe:
+        scheme = safe["authorization"].partition(" ")[0]
+        safe["authorization"] = f"{scheme} <redacted>"
+    return safe
+
+
+def _fault_error(kind: str, faults: Faults) -> WireError:
+    if kind == "throttle":
+        return WireError(
+            429,
+            "Rate limit reached for requests (emulated). Please try again later.",
+            type="requests",
+            code="rate_limit_exceeded",
+            headers=faults.retry_after_headers(),
+        )
+    return WireError(
+        500,
+        "The server had an error while processing your request. Sorry about that! (emulated)",
+        type="server_error",
+    )
+
+
+class Api:
+    """The ``/v1`` endpoints over one :class:`EmulatorState`.
+
+    Args:
+        state: The world the endpoints read and change.
+        api_key: The only bearer token accepted; ``None`` accepts any non-empty token.
+        require_beta_header: Reject requests without ``OpenAI-Beta: agents=v1`` (400), as
+            a beta API does; catches a client that forgets the header.
+    """
+
+    def __init__(
+        self, state: EmulatorState, *, api_key: str | None = None, require_beta_header: bool = True
+    ) -> None:
+        self.state = state
+        self.api_key = api_key
+        self.require_beta_header = require_beta_header
+
+    def routes(self) -> list[BaseRoute]:
+        """The routes, relative to the ``/v1`` mount."""
+        return [
+            Route("/agents/sessions", self.endpoint("list", self.list_sessions), methods=["GET"]),
+            Route(
+                "/agents/sessions/{session_id}",
+                self.endpoint("retrieve", self.retrieve),
+                methods=["GET"],
+            ),
+            Route(
+                "/agents/sessions/{session_id}/events",
+                self.endpoint("events", self.create_events),
+                methods=["POST"],
+            ),
+            Route(
+                "/agents/sessions/{session_id}/events",
+                self.endpoint("stream", self.stream_events),
+                methods=["GET"],
+            ),
+        ]
+
+    def endpoint(self, name: str, handler: Handler) -> Handler:
+        """Wrap ``handler`` with auth, faults, error rendering and the request log."""
+
+        async def run(request: Request) -> Response:
+            request.state.outcome = "ok"
+            try:
+                response = await self._guarded(name, handler, request)
+            except WireError as error:
+                response = error_response(error)
+                request.state.outcome = getattr(request.state, "fault", None) or "rejected"
+            self.state.record_request(
+                RequestRecord(
+                    method=request.method,
+                    path=request.url.path,
+                    query=request.url.query,
+                    headers=redacted_headers(request.headers),
+                    status=response.status_code,
+                    outcome=request.state.outcome,
+                )
+            )
+            return response
+
+        return run
+
+    async def _guarded(self, name: str, handler: Handler, request: Request) -> Response:
+        self._authenticate(request)
+        fault, latency, faults = self.state.roll_fault(name)
+        if latency:
+            await asyncio.sleep(latency)
+        if fault is not None:
+            request.state.fault = fault
+            raise _fault_error(fault, faults)
+        return await handler(request)
+
+    def _authenticate(self, request: Request) -> None:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise WireError(
+                401,
+                "You didn't provide an API key. Send it in an Authorization header using "
+                "Bearer auth (Authorization: Bearer YOUR_KEY).",
+            )
+        if self.api_key is not None and token.strip() != self.api_key:
+            raise WireError(401, "Incorrect API key provided.", code="invalid_api_key")
+        beta = request.headers.get("openai-beta", "")
+        if self.require_beta_header and "agents=v1" not in beta:
+            raise WireError(
+                400,
+                "The Agents API is in beta: send the header 'OpenAI-Beta: agents=v1'.",
+                code="missing_beta_header",
+                param="OpenAI-Beta",
+            )
+
+    async def list_sessions(self, request: Request) -> Response:
+        """``GET /agents/sessions``: one cursor page."""
+        query = parse_list_query(request.query_params.multi_items())
+        return JSONResponse(self.state.list_page(query))
+
+    async def retrieve(self, request: Request) -> Response:
+        """``GET /agents/sessions/{id}``."""
+        return JSONResponse(self.state.session(request.path_params["session_id"]))
+
+    async def create_events(self, request: Request) -> Response:
+        """``POST /agents/sessions/{id}/events``: 202 and no body, or an error."""
+        body = await _json_body(request)
+        key = request.headers.get("idempotency-key") or None
+        replayed, lost = self.state.submit(
+            request.path_params["session_id"], body, key, redacted_headers(request.headers)
+        )
+        request.state.outcome = "replayed" if replayed else "lost" if lost else "accepted"
+        return Response(status_code=202, headers={DROP_HEADER: "1"} if lost else None)
+
+    async def stream_events(self, request: Request) -> Response:
+        """``GET /agents/sessions/{id}/events``: server-sent events."""
+        session_id = request.path_params["session_id"]
+        self.state.session(session_id)  # a 404 must be an answer, not a broken stream
+        obfuscate = request.query_params.get("include_obfuscation", "true") != "false"
+        request.state.outcome = "stream"
+        return StreamingResponse(
+            session_events(self.state, session_id, obfuscate=obfuscate),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache"},
+        )
+
+
+async def _json_body(request: Request) -> Any:
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise WireError(
+            400,
+            "We could not parse the JSON body of your request.",
+            code="invalid_json",
+        ) from None

@@ -1,0 +1,94 @@
+"""The emulator's ASGI application: ``/v1`` (the API) and ``/_emulator`` (the admin controls).
+
+The outermost layer implements the "lost 202" fault. An ASGI app cannot close a connection
+without answering (a server answers 500 for an app that returns silently), so the layer
+reaches for the server's transport and aborts it: the client sees the connection drop
+after the batch was applied, exactly the ambiguity a real network produces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount
+from starlette.types import Message, Receive, Scope, Send
+
+from emulator.admin import Admin
+from emulator.api import DROP_HEADER, Api, error_response
+from emulator.state import EmulatorState
+from emulator.wire import WireError
+
+_DROP = DROP_HEADER.encode()
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    message = {404: f"Invalid URL ({request.method} {request.url.path})"}.get(
+        status, f"{request.method} is not allowed on {request.url.path}"
+    )
+    return error_response(WireError(status, message, code="unknown_url" if status == 404 else None))
+
+
+def _abort_connection(send: Send) -> None:
+    """Drop the TCP connection under a uvicorn request (its ``send`` is a bound method)."""
+    transport: Any = getattr(getattr(send, "__self__", None), "transport", None)
+    if transport is None:
+        raise RuntimeError("the lost-202 fault needs uvicorn (no transport found to abort)")
+    transport.abort()
+
+
+class EmulatorApp:
+    """ASGI app over one :class:`EmulatorState`.
+
+    Args:
+        state: The emulator's world; a fresh one when omitted.
+        api_key: The only bearer token accepted; ``None`` accepts any non-empty token.
+        require_beta_header: Reject requests without ``OpenAI-Beta: agents=v1``.
+    """
+
+    def __init__(
+        self,
+        state: EmulatorState | None = None,
+        *,
+        api_key: str | None = None,
+        require_beta_header: bool = True,
+    ) -> None:
+        self.state = state or EmulatorState()
+        api = Api(self.state, api_key=api_key, require_beta_header=require_beta_header)
+        self.starlette = Starlette(
+            routes=[
+                Mount("/v1", routes=api.routes()),
+                Mount("/_emulator", routes=Admin(self.state).routes()),
+            ],
+            exception_handlers={404: _http_error, 405: _http_error},
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one ASGI connection, dropping it instead of sending a marked answer."""
+        if scope["type"] != "http":
+            await self.starlette(scope, receive, send)
+            return
+        dropped = False
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal dropped
+            if dropped:
+                return
+            if message["type"] == "http.response.start" and any(
+                name == _DROP for name, _ in message.get("headers", [])
+            ):
+                dropped = True
+                _abort_connection(send)
+                return
+            await send(message)
+
+        await self.starlette(scope, receive, guarded_send)
+        if dropped:
+            # Let the server notice the closed transport before it checks the response.
+            for _ in range(3):
+                await asyncio.sleep(0)

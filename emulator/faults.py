@@ -1,0 +1,134 @@
+"""Fault injection knobs: the ways the real API misbehaves, made reproducible.
+
+Every random choice comes from one seeded :class:`random.Random`, so a test that sets
+``seed`` sees the same faults on every run. ``budget`` caps how many faults are injected in
+total, which turns "fail twice, then work" into ``error_rate=1.0, budget=2``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Endpoint = Literal["list", "retrieve", "events", "stream"]
+ENDPOINTS: frozenset[str] = frozenset({"list", "retrieve", "events", "stream"})
+Fault = Literal["error", "throttle"]
+
+
+def _rate(name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be between 0 and 1, got {value}")
+
+
+@dataclass(frozen=True)
+class Faults:
+    """The fault configuration; immutable so a change is one atomic swap.
+
+    Attributes:
+        error_rate: Probability of answering 500 instead of handling the request.
+        throttle_rate: Probability of answering 429 with ``Retry-After``.
+        retry_after: Seconds announced by a 429 (``Retry-After`` is rounded up to whole
+            seconds as HTTP requires; ``retry-after-ms`` carries the exact value).
+        latency: Seconds added before every answer on a scoped endpoint.
+        apply_lag: Seconds between accepting a batch (202) and clearing the answered
+            actions; meanwhile the session shows the same ``required_actions``.
+        lost_202_rate: Probability that an accepted batch is applied and the connection is
+            then dropped without an answer.
+        endpoints: Which endpoints the rates and latency apply to.
+        budget: At most this many faults (500, 429, lost 202) in total; ``None``: no cap.
+        seed: Seed of the random generator, reset whenever the faults are set.
+    """
+
+    error_rate: float = 0.0
+    throttle_rate: float = 0.0
+    retry_after: float = 1.0
+    latency: float = 0.0
+    apply_lag: float = 0.0
+    lost_202_rate: float = 0.0
+    endpoints: frozenset[str] = field(default=ENDPOINTS)
+    budget: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("error_rate", "throttle_rate", "lost_202_rate"):
+            _rate(name, getattr(self, name))
+        for name in ("retry_after", "latency", "apply_lag"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
+        unknown = set(self.endpoints) - ENDPOINTS
+        if unknown:
+            raise ValueError(f"unknown endpoints {sorted(unknown)}; known: {sorted(ENDPOINTS)}")
+        if self.budget is not None and self.budget < 0:
+            raise ValueError("budget must not be negative")
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Faults:
+        """Build from the admin API's JSON; unknown keys are an error, not ignored."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise ValueError(f"unknown fault knobs {sorted(unknown)}; known: {sorted(names)}")
+        values = dict(data)
+        if "endpoints" in values:
+            values["endpoints"] = frozenset(values["endpoints"])
+        return cls(**values)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form the admin API shows."""
+        data = dataclasses.asdict(self)
+        data["endpoints"] = sorted(self.endpoints)
+        return data
+
+    def retry_after_headers(self) -> dict[str, str]:
+        """Both throttling headers the OpenAI API sends."""
+        return {
+            "Retry-After": str(math.ceil(self.retry_after)),
+            "retry-after-ms": str(round(self.retry_after * 1000)),
+        }
+
+
+class FaultInjector:
+    """Rolls the dice for each request; not thread-safe, the state's lock guards it."""
+
+    def __init__(self, faults: Faults | None = None) -> None:
+        self.faults = Faults()
+        self._rng = random.Random(0)  # noqa: S311 - fault injection, not cryptography
+        self._budget: int | None = None
+        self.configure(faults or Faults())
+
+    def configure(self, faults: Faults) -> None:
+        """Swap the configuration and restart the random sequence and the budget."""
+        self.faults = faults
+        self._rng = random.Random(faults.seed)  # noqa: S311 - fault injection
+        self._budget = faults.budget
+
+    def latency(self, endpoint: str) -> float:
+        """Seconds to wait before answering on ``endpoint``."""
+        return self.faults.latency if endpoint in self.faults.endpoints else 0.0
+
+    def roll(self, endpoint: str) -> Fault | None:
+        """Decide whether this request fails with a 500 or a 429 instead of being handled."""
+        if endpoint not in self.faults.endpoints:
+            return None
+        if self._hit(self.faults.error_rate):
+            return "error"
+        if self._hit(self.faults.throttle_rate):
+            return "throttle"
+        return None
+
+    def roll_lost(self) -> bool:
+        """Decide whether an accepted batch loses its 202."""
+        return "events" in self.faults.endpoints and self._hit(self.faults.lost_202_rate)
+
+    def _hit(self, rate: float) -> bool:
+        if rate <= 0.0 or self._budget == 0:
+            return False
+        if self._rng.random() >= rate:
+            return False
+        if self._budget is not None:
+            self._budget -= 1
+        return True

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Callable, Sequence
 
@@ -30,6 +31,52 @@ def _cmd_worker(args: argparse.Namespace, rest: list[str]) -> int:
     from tasks.worker import run_worker
 
     return run_worker(rest)
+
+
+def _cmd_poll(args: argparse.Namespace, rest: list[str]) -> int:
+    """Poll once (cron) or in a loop until SIGTERM."""
+    from dispatcher.loop import run_loop, run_once
+
+    def emit(line: str) -> None:
+        print(line, flush=True)
+
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.ERROR,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args.interval is not None:
+        return run_loop(args.interval, emit)
+    return run_once(emit)
+
+
+def _cmd_beat(args: argparse.Namespace, rest: list[str]) -> int:
+    """Run Celery beat, which sends a ``toolfan.poll`` task every poll interval."""
+    from tasks.app import app
+
+    app.start(argv=["beat", *rest])
+    return 0
+
+
+def _add_beat(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "beat",
+        help="run Celery beat: a toolfan.poll task every TOOLFAN_POLL_INTERVAL seconds",
+        description="Further options go to 'celery beat' (e.g. -s /var/lib/toolfan/schedule). "
+        "Run exactly one beat per fleet.",
+        add_help=False,
+    )
+    p.set_defaults(command=_cmd_beat, passthrough=True)
+
+
+def _add_poll(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("poll", help="find waiting sessions and dispatch their calls")
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--once", action="store_true", help="one pass, for cron (exit 1 on failure)")
+    mode.add_argument(
+        "--interval", type=float, metavar="SECONDS", help="poll in a loop until SIGTERM or Ctrl-C"
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="log each dispatch and retry")
+    p.set_defaults(command=_cmd_poll, passthrough=False)
 
 
 def _add_tools(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -71,6 +118,8 @@ def _add_emulator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 _PARSERS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     _add_tools,
     _add_worker,
+    _add_poll,
+    _add_beat,
     _add_emulator,
 )
 

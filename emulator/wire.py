@@ -167,6 +167,11 @@ def agent_json(agent_id: str, tools: Iterable[JSON]) -> JSON:
 
 
 def default_tools(actions: Iterable[Mapping[str, Any]]) -> list[JSON]:
-    """One function tool per distinct function name the actions call, in first-seen order."""
-    names = dict.fromkeys(str(a["name"]) for a in actions if a.get("type") == FUNCTION_CALL)
+    """One function tool per distinct function name the actions call, in first-seen order.
+
+    Malformed calls (no name) are skipped, so tests can seed them to exercise clients.
+    """
+    names = dict.fromkeys(
+        str(a["name"]) for a in actions if a.get("type") == FUNCTION_CALL and "name" in a
+    )
     return [function_tool(name) for name in names]

@@ -7,5 +7,5 @@ from celery import Celery
 from tasks.config import celery_config
 from tasks.settings import get_settings, load_registry
 
-app = Celery("toolfan", include=["tasks.execute"])
+app = Celery("toolfan", include=["tasks.execute", "tasks.submit", "tasks.poll"])
 app.conf.update(celery_config(get_settings(), load_registry()))

@@ -15,7 +15,7 @@ from kombu import Queue
 
 from handlers.errors import RegistryError
 from handlers.registry import Registry
-from tasks.queues import ControlQueue, Router, all_queues
+from tasks.queues import POLL_TASK, ControlQueue, Router, all_queues
 from tasks.settings import Settings
 
 
@@ -69,4 +69,20 @@ def celery_config(settings: Settings, registry: Registry) -> dict[str, Any]:
         "task_queues": [Queue(name, routing_key=name) for name in all_queues(registry)],
         "task_default_queue": ControlQueue.SUBMIT.value,
         "task_routes": (Router(registry),),
+        "beat_schedule": beat_schedule(settings),
+    }
+
+
+def beat_schedule(settings: Settings) -> dict[str, Any]:
+    """One beat entry polling every ``poll_interval``; a poll not started in time expires.
+
+    Expiring near the interval keeps a backlog of stale polls from piling up when the
+    poll queue's worker is down: the next beat brings a fresh one anyway.
+    """
+    return {
+        "toolfan-poll": {
+            "task": POLL_TASK,
+            "schedule": settings.poll_interval,
+            "options": {"expires": settings.poll_interval * 0.9},
+        }
     }

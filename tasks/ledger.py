@@ -10,6 +10,7 @@ a slow owner can never free a claim that has since passed to someone else.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -46,10 +47,22 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
+_RECLAIM = """
+local owner = redis.call('GET', KEYS[1])
+if owner and owner ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 """
+
+
+STARTED, DONE, SUBMITTED, ABANDONED = "started", "done", "submitted", "abandoned"
+#: States after which the API has had its answer (or refused it for good): never re-sent.
+FINAL_STATES = frozenset({SUBMITTED, ABANDONED})
 
 
 class LedgerError(ToolfanError):
@@ -84,6 +97,22 @@ class Begin:
 
 
 @dataclass(frozen=True)
+class CallStatus:
+    """The two things the poller needs about a call: its state and its saved result."""
+
+    state: str | None
+    result: CallResult | None
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """One session as the ledger sees it: who claims it, and the status of given calls."""
+
+    claim_owner: str | None
+    calls: list[CallStatus]
+
+
+@dataclass(frozen=True)
 class CallRecord:
     """The ledger's full view of one call."""
 
@@ -94,6 +123,9 @@ class CallRecord:
     first_started_at: float | None
     started_at: float | None
     finished_at: float | None
+    submitted_at: float | None = None
+    submission_key: str | None = None
+    abandon_reason: str | None = None
 
 
 class Ledger:
@@ -106,6 +138,7 @@ class Ledger:
         self._finish = client.register_script(_FINISH)
         self._release = client.register_script(_RELEASE)
         self._renew = client.register_script(_RENEW)
+        self._reclaim = client.register_script(_RECLAIM)
 
     @classmethod
     def from_url(cls, url: str, ttl: int) -> Ledger:
@@ -138,13 +171,55 @@ class Ledger:
             first_started_at=_float(raw.get("first_started_at")),
             started_at=_float(raw.get("started_at")),
             finished_at=_float(raw.get("finished_at")),
+            submitted_at=_float(raw.get("submitted_at")),
+            submission_key=raw.get("submission_key"),
+            abandon_reason=raw.get("abandon_reason"),
         )
+
+    def session_view(self, session_id: str, refs: Sequence[CallRef]) -> SessionView:
+        """The claim and the calls' statuses of one session, in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.get(keys.claim(session_id))
+        for ref in refs:
+            pipe.hmget(ref.key, ["state", "result"])
+        owner, *rows = self._call(pipe.execute)
+        calls = [
+            CallStatus(state, CallResult.model_validate_json(result) if result else None)
+            for state, result in rows
+        ]
+        return SessionView(claim_owner=owner, calls=calls)
+
+    def mark_submitted(self, refs: Sequence[CallRef], submission_key: str) -> None:
+        """Record that the API accepted these calls' results under ``submission_key``."""
+        fields: dict[str, str | float] = {
+            "state": SUBMITTED,
+            "submitted_at": time.time(),
+            "submission_key": submission_key,
+        }
+        self._mark(refs, fields)
+
+    def mark_abandoned(self, refs: Sequence[CallRef], reason: str) -> None:
+        """Record that the API refused these results for good, and why."""
+        self._mark(
+            refs, {"state": ABANDONED, "abandoned_at": time.time(), "abandon_reason": reason}
+        )
+
+    def _mark(self, refs: Sequence[CallRef], fields: dict[str, str | float]) -> None:
+        pipe = self.client.pipeline(transaction=True)
+        for ref in refs:
+            pipe.hset(ref.key, mapping=cast(Any, fields))
+            pipe.expire(ref.key, self.ttl)
+        self._call(pipe.execute)
 
     def claim(self, session_id: str, token: str, lease_ms: int) -> bool:
         """Take a session's claim for ``lease_ms`` unless someone holds it."""
         return bool(
             self._call(self.client.set, keys.claim(session_id), token, nx=True, px=lease_ms)
         )
+
+    def reclaim(self, session_id: str, token: str, lease_ms: int) -> bool:
+        """Keep or retake a claim: succeeds unless another owner holds it now."""
+        return bool(self._run(self._reclaim, [keys.claim(session_id)], [token, lease_ms]))
 
     def renew(self, session_id: str, token: str, lease_ms: int) -> bool:
         """Extend a claim this owner still holds; False when it expired or passed on."""

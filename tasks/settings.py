@@ -35,6 +35,13 @@ class Settings(BaseModel):
     visibility_timeout: int = Field(3600, gt=0, description="Redis broker redelivery delay")
     result_expires: int = Field(86400, gt=0, description="seconds Celery keeps task results")
     time_limit_grace: float = Field(30.0, ge=0, description="added to a tool's hard limit")
+    claim_lease: float = Field(600.0, gt=0, description="seconds a session's claim lasts")
+    poll_interval: float = Field(5.0, gt=0, description="seconds between polls (loop, beat)")
+    submit_retries: int = Field(10, ge=0, description="Celery retries of a failed submit")
+    agent_id: str | None = Field(None, description="only poll this agent's sessions")
+    session_metadata: dict[str, str] = Field(
+        default_factory=dict, description="only poll sessions with these metadata, k=v,k2=v2"
+    )
 
     @field_validator("handlers", mode="before")
     @classmethod
@@ -42,6 +49,26 @@ class Settings(BaseModel):
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
+
+    @field_validator("session_metadata", mode="before")
+    @classmethod
+    def _pairs(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        pairs = [p.strip() for p in value.split(",") if p.strip()]
+        if any("=" not in p for p in pairs):
+            raise ValueError("expected k=v pairs separated by commas, e.g. team=billing,env=prod")
+        return dict(p.split("=", 1) for p in pairs)
+
+    @field_validator("agent_id", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: Any) -> Any:
+        return value or None
+
+    @property
+    def claim_lease_ms(self) -> int:
+        """The claim lease in milliseconds, as Redis wants it."""
+        return int(self.claim_lease * 1000)
 
     @property
     def broker(self) -> str:

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from emulator import EmulatorServer, EmulatorState, running_emulator
+from emulator.testing import TEST_API_KEY
 from tests.services import ROOT, Worker, private_redis, redis_answers
 
 _stack = contextlib.ExitStack()
@@ -62,7 +64,22 @@ def worker_env(**extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def worker() -> Iterator[Worker]:
+def emulator() -> Iterator[EmulatorServer]:
+    """The Agents API emulator on a free port, for the whole session (reset per test)."""
+    with running_emulator() as server:
+        os.environ.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY=TEST_API_KEY)
+        yield server
+
+
+@pytest.fixture
+def api(emulator: EmulatorServer, redis_client: redis.Redis) -> EmulatorState:
+    """The emulator's state, emptied, with the ledger flushed too."""
+    emulator.state.reset()
+    return emulator.state
+
+
+@pytest.fixture(scope="session")
+def worker(emulator: EmulatorServer) -> Iterator[Worker]:
     """One prefork worker with two processes on every queue, shared by the session."""
     log = Path(os.environ["TOOLFAN_TEST_TMP"]) / "worker.log"
     w = Worker(

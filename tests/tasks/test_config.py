@@ -69,3 +69,11 @@ def test_worker_argv_defaults_and_subset():
     queues = argv[argv.index("-Q") + 1].split(",")
     assert "fn.add" in queues and queues[-2:] == ["toolfan.submit", "toolfan.poll"]
     assert worker_argv(["-Q", "fn.add"]) == ["worker", "-Q", "fn.add", "--loglevel", "INFO"]
+
+
+def test_beat_polls_every_interval_and_expires_stale_polls():
+    conf = celery_config(Settings(poll_interval=30), Registry())
+    entry = conf["beat_schedule"]["toolfan-poll"]
+    assert entry["task"] == "toolfan.poll"
+    assert entry["schedule"] == 30
+    assert 0 < entry["options"]["expires"] <= 30

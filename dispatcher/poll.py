@@ -1,0 +1,167 @@
+"""``poll_once``: find waiting sessions and dispatch one chord per session.
+
+Every trigger (cron's ``toolfan poll --once``, the ``--interval`` loop, Celery beat, a
+webhook) calls this one function, and any number may run at once: a session is dispatched
+only by whoever wins its claim, and calls the ledger knows as submitted are never sent
+again, however long the API keeps listing them.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from celery import chord
+
+from dispatcher.client import AgentsClient
+from dispatcher.models import FunctionCall, Session
+from tasks.execute import call_signature, get_ledger, result_payload
+from tasks.ledger import FINAL_STATES, CallRef, CallStatus, Ledger
+from tasks.settings import Settings, get_settings
+from tasks.submit import get_client, submit
+
+log = logging.getLogger("toolfan.poll")
+
+
+@dataclass
+class PollSummary:
+    """What one pass saw and did; printed as one line by the CLI."""
+
+    sessions_seen: int = 0
+    sessions_pending: int = 0
+    sessions_dispatched: int = 0
+    calls_dispatched: int = 0
+    calls_resubmitted: int = 0
+    skipped_in_flight: int = 0
+    skipped_submitted: int = 0
+    skipped_other: int = 0
+    errors: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """The counters as a plain dict (the poll task's JSON result)."""
+        return asdict(self)
+
+    def line(self) -> str:
+        """The one-line summary."""
+        return (
+            f"poll: {self.sessions_seen} sessions seen, {self.sessions_pending} with calls "
+            f"pending; {self.calls_dispatched} calls dispatched in {self.sessions_dispatched} "
+            f"sessions, {self.calls_resubmitted} saved results resubmitted; skipped "
+            f"{self.skipped_in_flight} in flight, {self.skipped_submitted} submitted, "
+            f"{self.skipped_other} other types; {self.errors} errors"
+        )
+
+
+class Poller:
+    """One pass over the sessions, with its collaborators injected for tests."""
+
+    def __init__(self, client: AgentsClient, ledger: Ledger, settings: Settings) -> None:
+        self.client = client
+        self.ledger = ledger
+        self.settings = settings
+
+    def poll_once(self) -> PollSummary:
+        """List every matching session and dispatch the ones with undispatched calls."""
+        summary = PollSummary()
+        malformed_before = self.client.malformed_sessions
+        sessions = self.client.iter_sessions(
+            agent_id=self.settings.agent_id, metadata=self.settings.session_metadata or None
+        )
+        for session in sessions:
+            summary.sessions_seen += 1
+            self._session(session, summary)
+        summary.errors += self.client.malformed_sessions - malformed_before
+        log.info("%s", summary.line())
+        return summary
+
+    def _session(self, session: Session, summary: PollSummary) -> None:
+        calls = _unique_calls(session, summary)
+        summary.skipped_other += sum(1 for a in session.other_actions if a.problem is None)
+        if not calls:
+            return
+        summary.sessions_pending += 1
+        view = self.ledger.session_view(session.id, [_ref(session.id, c) for c in calls])
+        pending = [
+            (c, s) for c, s in zip(calls, view.calls, strict=True) if s.state not in FINAL_STATES
+        ]
+        summary.skipped_submitted += len(calls) - len(pending)
+        if not pending:
+            return
+        token = uuid.uuid4().hex
+        if view.claim_owner is not None or not self.ledger.claim(
+            session.id, token, self.settings.claim_lease_ms
+        ):
+            summary.skipped_in_flight += len(pending)
+            return
+        try:
+            self._dispatch(session.id, token, pending, summary)
+        except Exception:
+            self.ledger.release(session.id, token)
+            raise
+
+    def _dispatch(
+        self,
+        session_id: str,
+        token: str,
+        pending: list[tuple[FunctionCall, CallStatus]],
+        summary: PollSummary,
+    ) -> None:
+        calls = [[c.turn_id, c.call_id] for c, _ in pending]
+        saved = [
+            result_payload(_ref(session_id, c), c.name, s.result) for c, s in pending if s.result
+        ]
+        to_run = [c for c, s in pending if s.result is None]
+        body = submit.s(session_id=session_id, token=token, calls=calls, saved=saved)
+        if to_run:
+            header = [
+                call_signature(session_id, c.turn_id, c.call_id, c.name, c.arguments)
+                for c in to_run
+            ]
+            chord(header)(body)
+        else:
+            body.apply_async(args=([],))
+        summary.sessions_dispatched += 1
+        summary.calls_dispatched += len(to_run)
+        summary.calls_resubmitted += len(saved)
+        log.info(
+            "session_id=%s dispatched %d call(s), %d saved result(s)",
+            session_id,
+            len(to_run),
+            len(saved),
+        )
+
+
+def _ref(session_id: str, call: FunctionCall) -> CallRef:
+    return CallRef(session_id, call.turn_id, call.call_id)
+
+
+def _unique_calls(session: Session, summary: PollSummary) -> list[FunctionCall]:
+    """The session's function calls, once each; malformed and repeated entries are errors."""
+    for bad in (a for a in session.other_actions if a.problem is not None):
+        summary.errors += 1
+        log.error("session_id=%s unreadable required action: %s", session.id, bad.problem)
+    seen: dict[tuple[str, str], FunctionCall] = {}
+    for call in session.function_calls:
+        if (call.turn_id, call.call_id) in seen:
+            summary.errors += 1
+            log.error(
+                "session_id=%s turn_id=%s call_id=%s listed twice",
+                session.id,
+                call.turn_id,
+                call.call_id,
+            )
+            continue
+        seen[(call.turn_id, call.call_id)] = call
+    return list(seen.values())
+
+
+def poll_once(**overrides: Any) -> PollSummary:
+    """One pass with this process's settings, ledger and API client."""
+    poller = Poller(
+        overrides.get("client") or get_client(),
+        overrides.get("ledger") or get_ledger(),
+        overrides.get("settings") or get_settings(),
+    )
+    return poller.poll_once()

@@ -1,0 +1,149 @@
+"""The ``submit`` chord callback: all of a session's results in one events batch, once.
+
+The batch carries an ``Idempotency-Key`` derived from the session and its sorted call ids,
+so every retry (by the client, by Celery, or by a later poll after a crash) sends the same
+key and the API applies the batch at most once. The ledger records the outcome: submitted
+calls are never dispatched again, even while the API still lists them as pending.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+from collections.abc import Sequence
+from enum import StrEnum
+from functools import cache
+from typing import Any
+
+from celery import Task
+
+from dispatcher.client import AgentsClient
+from dispatcher.errors import FinalAPIError, RetryableAPIError
+from dispatcher.models import tool_result_event
+from tasks.app import app
+from tasks.execute import get_ledger
+from tasks.ledger import CallRef, Ledger, LedgerError
+from tasks.queues import SUBMIT_TASK
+from tasks.settings import get_settings
+
+log = logging.getLogger("toolfan.submit")
+
+
+class Submitted(StrEnum):
+    """How a submit ended."""
+
+    ACCEPTED = "accepted"
+    ABANDONED = "abandoned"
+    MISMATCH = "mismatch"
+    CLAIM_LOST = "claim_lost"
+    GAVE_UP = "gave_up"
+
+
+@cache
+def get_client() -> AgentsClient:
+    """The API client of this process (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``)."""
+    return AgentsClient()
+
+
+def idempotency_key(session_id: str, calls: Sequence[Sequence[str]]) -> str:
+    """The batch key: the same session and set of (turn, call) pairs give the same key."""
+    pairs = "\n".join(f"{turn}\t{call}" for turn, call in sorted(tuple(c) for c in calls))
+    digest = hashlib.sha256(f"{session_id}\n{pairs}".encode()).hexdigest()
+    return f"toolfan-{digest[:40]}"
+
+
+def build_events(
+    calls: Sequence[Sequence[str]], results: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]] | None:
+    """One tool_result event per claimed call, in claim order; None if results don't match."""
+    by_call = {(r["turn_id"], r["call_id"]): r for r in results}
+    wanted = [(turn, call) for turn, call in calls]
+    if len(by_call) != len(results) or set(by_call) != set(wanted):
+        return None
+    return [_event(by_call[pair]) for pair in wanted]
+
+
+def _event(result: dict[str, Any]) -> dict[str, Any]:
+    return tool_result_event(
+        result["turn_id"],
+        result["call_id"],
+        success=bool(result["success"]),
+        output=result.get("output"),
+        error=result.get("error"),
+    )
+
+
+def submit_results(
+    session_id: str,
+    token: str,
+    calls: Sequence[Sequence[str]],
+    results: Sequence[dict[str, Any]],
+    ledger: Ledger,
+    client: AgentsClient,
+) -> Submitted:
+    """Send one session's results in one batch and record the outcome in the ledger.
+
+    Raises:
+        RetryableAPIError: the API did not take the batch yet; retry with the same key.
+        LedgerError: the ledger is unreachable; retry.
+    """
+    ids = f"session_id={session_id}"
+    refs = [CallRef(session_id, turn, call) for turn, call in calls]
+    if not ledger.reclaim(session_id, token, get_settings().claim_lease_ms):
+        log.warning("%s claim passed to another dispatch; it will submit", ids)
+        return Submitted.CLAIM_LOST
+    events = build_events(calls, results)
+    if events is None:
+        log.error("%s results do not match the claimed calls; the next poll redoes it", ids)
+        ledger.release(session_id, token)
+        return Submitted.MISMATCH
+    key = idempotency_key(session_id, calls)
+    try:
+        client.submit_events(session_id, events, key)
+    except FinalAPIError as exc:
+        log.error("%s key=%s batch refused for good: %s", ids, key, exc.message)
+        ledger.mark_abandoned(refs, exc.message)
+        ledger.release(session_id, token)
+        return Submitted.ABANDONED
+    ledger.mark_submitted(refs, key)
+    ledger.release(session_id, token)
+    log.info("%s key=%s submitted %d result(s)", ids, key, len(events))
+    return Submitted.ACCEPTED
+
+
+@app.task(name=SUBMIT_TASK, bind=True, max_retries=None)
+def submit(
+    self: Task[Any, Any],
+    results: list[dict[str, Any]],
+    session_id: str,
+    token: str,
+    calls: list[list[str]],
+    saved: list[dict[str, Any]] | None = None,
+) -> str:
+    """Chord callback: submit a session's results (header results plus ``saved`` ones)."""
+    try:
+        outcome = submit_results(
+            session_id, token, calls, [*(saved or []), *results], get_ledger(), get_client()
+        )
+    except (RetryableAPIError, LedgerError) as exc:
+        limit = get_settings().submit_retries
+        if self.request.retries >= limit:
+            log.error(
+                "session_id=%s giving up after %d retries: %s; the claim will expire "
+                "and a later poll resubmits with the same key",
+                session_id,
+                limit,
+                exc,
+            )
+            return Submitted.GAVE_UP.value
+        delay = min(60.0, 2.0**self.request.retries) * random.uniform(0.5, 1.0)  # noqa: S311
+        log.warning(
+            "session_id=%s submit retry %d in %.1fs: %s",
+            session_id,
+            self.request.retries + 1,
+            delay,
+            exc,
+        )
+        raise self.retry(countdown=delay, exc=exc) from exc
+    return outcome.value

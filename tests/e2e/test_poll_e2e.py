@@ -1,0 +1,154 @@
+"""The whole path: emulator over HTTP, pollers, real worker processes, real Redis."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from emulator import running_emulator
+from tests.e2e.harness import (
+    answered,
+    check_exactly_once,
+    poll_loop,
+    poll_until,
+    poller,
+    poller_processes,
+    results_by_call,
+    seed,
+    seed_untouched,
+    settle,
+)
+from tests.services import ROOT, wait_for
+
+pytestmark = pytest.mark.usefixtures("worker")
+
+
+def test_hundred_sessions_answered_exactly_once_with_mixed_outcomes(api, redis_client):
+    seeded = seed(api, 60)
+    seed_untouched(api, seeded)
+    with poll_loop():
+        wait_for(lambda: len(api.batches()) >= 20, 60, "the first answers")
+        seed(api, 40, seeded)  # arrive while the poller runs
+        wait_for(lambda: answered(api, seeded), 120, "every session to be answered", 0.1)
+    settle(1.0)
+    assert len(seeded.calls) == 100
+    check_exactly_once(api, seeded, redis_client)
+    results = results_by_call(api)
+    for actions in seeded.calls.values():
+        for action in actions:
+            event = results[action["call_id"]]
+            name, args = action["name"], action["arguments"]
+            if name == "add" and isinstance(args.get("a"), int):
+                assert event == {**event, "success": True, "output": str(args["a"] + 1)}
+            elif name == "boom":
+                assert event["error"] == "Function 'boom' failed: RuntimeError: kaboom"
+            elif name == "no_such_tool":
+                assert event["error"].startswith("Unknown function 'no_such_tool'")
+            elif name == "refuse":
+                assert event["error"] == "not today"
+            elif name == "add":
+                assert event["error"].startswith("Invalid arguments for add: a:")
+    untouched = [api.session(sid) for sid in seeded.untouched]
+    assert untouched[0]["required_actions"][0]["type"] == "mcp_approval_request"
+    assert untouched[1]["status"] == "idle"
+
+
+def test_summary_counts_and_other_types(api, redis_client):
+    api.set_faults(apply_lag=60)  # answered actions stay listed through both polls
+    seeded = seed(api, 3)
+    seed_untouched(api, seeded)
+    first = poller().poll_once()
+    assert first.sessions_seen == 5
+    assert first.sessions_pending == 3
+    assert first.sessions_dispatched == 3
+    assert first.calls_dispatched == sum(len(a) for a in seeded.calls.values())
+    assert first.skipped_other == 1
+    assert first.errors == 0
+    second = poller().poll_once()  # claims held or results submitted: nothing dispatched
+    assert second.calls_dispatched == 0
+    assert second.skipped_in_flight + second.skipped_submitted == first.calls_dispatched
+    wait_for(lambda: answered(api, seeded), 60, "answers")
+    check_exactly_once(api, seeded, redis_client)
+
+
+def test_two_pollers_at_once_dispatch_nothing_twice(api, redis_client):
+    seeded = seed(api, 40)
+    with poller_processes(2, 0.1):
+        wait_for(lambda: answered(api, seeded), 120, "every session to be answered", 0.1)
+        settle(1.0)
+    check_exactly_once(api, seeded, redis_client)
+    assert len(api.requests("/events", method="POST")) == len(seeded.calls)
+
+
+def test_lag_before_actions_clear_resends_nothing(api, redis_client):
+    api.set_faults(apply_lag=2.0)  # ten poll intervals of 0.2 s
+    seeded = seed(api, 10)
+    with poll_loop(0.2):
+        wait_for(lambda: answered(api, seeded), 60, "answers")
+        settle(2.5)
+    assert any(api.session(sid)["status"] != "requires_action" for sid in seeded.calls)
+    check_exactly_once(api, seeded, redis_client)
+    posts = api.requests("/events", method="POST")
+    assert len(posts) == len(seeded.calls), "a batch was sent again during the lag"
+
+
+def test_errors_and_throttling_on_events_still_one_batch_each(api, redis_client):
+    api.set_faults(error_rate=0.3, throttle_rate=0.3, retry_after=0.1, endpoints={"events"}, seed=7)
+    seeded = seed(api, 20)
+    poll_until(api, seeded, timeout=120)
+    settle(1.0)
+    posts = api.requests("/events", method="POST")
+    assert len(posts) > len(seeded.calls), "no fault was injected"
+    assert {r.status for r in posts} >= {202, 429, 500}
+    check_exactly_once(api, seeded, redis_client)
+
+
+def test_lost_202_is_answered_by_the_replay(api, redis_client):
+    api.set_faults(lost_202_rate=1.0, budget=5, endpoints={"events"})
+    seeded = seed(api, 8)
+    poll_until(api, seeded, timeout=60)
+    settle(1.0)
+    assert sum(b.lost for b in api.batches()) == 5
+    keys = [r.idempotency_key for r in api.requests("/events", method="POST")]
+    assert len(keys) > len(set(keys)), "no request was retried with its key"
+    check_exactly_once(api, seeded, redis_client)
+
+
+def test_poll_once_cli_exits_cleanly(api):
+    seed(api, 1)
+    out = subprocess.run(
+        [sys.executable, "-m", "dispatcher.cli", "poll", "--once"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("poll: 1 sessions seen, 1 with calls pending")
+
+
+def test_poll_once_cli_fails_clearly_when_api_unreachable_or_key_refused(api):
+    down = subprocess.run(
+        [sys.executable, "-m", "dispatcher.cli", "poll", "--once"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"},
+    )
+    assert down.returncode == 1
+    assert down.stderr.startswith("toolfan: poll failed: RetriesExhausted")
+    assert len(down.stderr.strip().splitlines()) == 1
+    with running_emulator(api_key="the-right-key") as strict:
+        refused = subprocess.run(
+            [sys.executable, "-m", "dispatcher.cli", "poll", "--once"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "OPENAI_BASE_URL": strict.base_url, "OPENAI_API_KEY": "wrong"},
+        )
+    assert refused.returncode == 1
+    assert "AuthenticationError: the API key was refused" in refused.stderr
+    assert "wrong" not in refused.stderr

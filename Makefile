@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install test lint typecheck format clean
+.PHONY: install demo test lint typecheck format clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,10 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 install: $(VENV)/.installed
+
+# The whole path on this machine: Redis (reused or private), emulator, worker, poller.
+demo: install
+	$(BIN)/toolfan demo
 
 lint: install
 	$(BIN)/ruff check .

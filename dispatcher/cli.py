@@ -68,6 +68,22 @@ def _add_beat(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(command=_cmd_beat, passthrough=True)
 
 
+def _cmd_demo(args: argparse.Namespace, rest: list[str]) -> int:
+    """Run the local end-to-end demo."""
+    from dispatcher.demo import run_demo
+
+    return run_demo(args.sessions, args.timeout)
+
+
+def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "demo", help="start Redis, the emulator, a worker and a poller; answer seeded sessions"
+    )
+    p.add_argument("--sessions", type=int, default=50, help="sessions to seed (50)")
+    p.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for answers")
+    p.set_defaults(command=_cmd_demo, passthrough=False)
+
+
 def _add_poll(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("poll", help="find waiting sessions and dispatch their calls")
     mode = p.add_mutually_exclusive_group(required=True)
@@ -120,6 +136,7 @@ _PARSERS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], 
     _add_worker,
     _add_poll,
     _add_beat,
+    _add_demo,
     _add_emulator,
 )
 

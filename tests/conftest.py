@@ -17,23 +17,18 @@ from pathlib import Path
 import pytest
 import redis
 
+from dispatcher.devstack import redis_base_url
 from emulator import EmulatorServer, EmulatorState, running_emulator
 from emulator.testing import TEST_API_KEY
-from tests.services import ROOT, Worker, private_redis, redis_answers
+from tests.services import ROOT, Worker
 
 _stack = contextlib.ExitStack()
 TEST_HANDLERS = "handlers.examples,tests.tools"
 
 
-def _base_url() -> str:
-    url = os.environ.get("TOOLFAN_REDIS_URL", "redis://localhost:6379/0")
-    if redis_answers(url):
-        return url.rsplit("/", 1)[0] if url.count("/") > 2 else url
-    return _stack.enter_context(private_redis())
-
-
 def pytest_configure(config: pytest.Config) -> None:
-    base = _base_url()
+    url = os.environ.get("TOOLFAN_REDIS_URL", "redis://localhost:6379/0")
+    base = _stack.enter_context(redis_base_url(url))
     tmp = Path(_stack.enter_context(tempfile.TemporaryDirectory(prefix="toolfan-tests-")))
     os.environ.update(
         TOOLFAN_REDIS_URL=f"{base}/15",

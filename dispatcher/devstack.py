@@ -1,0 +1,133 @@
+"""Local processes for the demo and the tests: a Redis, and toolfan services in the background.
+
+A demo or test run must leave nothing behind, so each service runs in its own process
+group (a prefork worker's children included) and is stopped as a group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import IO, TypeVar
+
+import redis
+
+T = TypeVar("T")
+
+
+def redis_answers(url: str) -> bool:
+    """Whether a Redis answers PING at ``url`` within a second."""
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+    except (redis.RedisError, ValueError):
+        return False
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
+    """Poll ``predicate`` until it returns something truthy, and return that.
+
+    Raises:
+        TimeoutError: naming ``what`` was awaited.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+
+
+@contextlib.contextmanager
+def private_redis() -> Iterator[str]:
+    """A throw-away ``redis-server`` on a free port in a temp dir; yields its base URL.
+
+    Raises:
+        RuntimeError: redis-server is not installed.
+    """
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("no Redis answers and redis-server is not installed")
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="toolfan-redis-") as tmp:
+        argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", tmp, "--save", ""]
+        argv += ["--appendonly", "no", "--logfile", str(Path(tmp) / "redis.log")]
+        proc = subprocess.Popen(argv)  # noqa: S603 - our own argv, no shell
+        url = f"redis://127.0.0.1:{port}"
+        try:
+            wait_for(lambda: redis_answers(url), 10, "a private redis-server to start")
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+@contextlib.contextmanager
+def redis_base_url(url: str) -> Iterator[str]:
+    """The server part of ``url`` when it answers, else a private Redis's."""
+    if redis_answers(url):
+        yield url.rsplit("/", 1)[0] if url.count("/") > 2 else url
+    else:
+        with private_redis() as base:
+            yield base
+
+
+class Service:
+    """A toolfan command running in the background, its output in a log file."""
+
+    def __init__(self, args: Sequence[str], log_path: Path, env: Mapping[str, str]) -> None:
+        self.log_path = log_path
+        self._log: IO[str] = open(log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(  # noqa: S603 - our own argv, no shell
+            [sys.executable, "-m", "dispatcher.cli", *args],
+            env=dict(env),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def log(self) -> str:
+        """Everything the service printed so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for_output(self, text: str, timeout: float = 60) -> None:
+        """Wait until the service prints ``text``.
+
+        Raises:
+            RuntimeError: the service exited first (its log is in the message).
+        """
+
+        def printed() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.log_path.stem} exited early:\n{self.log()}")
+            return text in self.log()
+
+        wait_for(printed, timeout, f"{self.log_path.stem} to print {text!r}", 0.1)
+
+    def stop(self, timeout: float = 20) -> None:
+        """SIGTERM the process group, then SIGKILL whatever is left after ``timeout``."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+        self._log.close()

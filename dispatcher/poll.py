@@ -9,6 +9,7 @@ again, however long the API keeps listing them.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -17,9 +18,10 @@ from celery import chord
 
 from dispatcher.client import AgentsClient
 from dispatcher.models import FunctionCall, Session
-from tasks.execute import call_signature, get_ledger, result_payload
-from tasks.ledger import FINAL_STATES, CallRef, CallStatus, Ledger
-from tasks.settings import Settings, get_settings
+from handlers.result import CallResult, Outcome
+from tasks.execute import UNKNOWN_TOOL_TIMEOUT, call_signature, get_ledger, result_payload
+from tasks.ledger import FINAL_STATES, CallRef, CallStatus, Dispatch, Ledger, SessionView
+from tasks.settings import Settings, get_settings, load_registry
 from tasks.submit import get_client, submit
 
 log = logging.getLogger("toolfan.poll")
@@ -34,6 +36,7 @@ class PollSummary:
     sessions_dispatched: int = 0
     calls_dispatched: int = 0
     calls_resubmitted: int = 0
+    calls_expired: int = 0
     skipped_in_flight: int = 0
     skipped_submitted: int = 0
     skipped_other: int = 0
@@ -48,7 +51,8 @@ class PollSummary:
         return (
             f"poll: {self.sessions_seen} sessions seen, {self.sessions_pending} with calls "
             f"pending; {self.calls_dispatched} calls dispatched in {self.sessions_dispatched} "
-            f"sessions, {self.calls_resubmitted} saved results resubmitted; skipped "
+            f"sessions, {self.calls_resubmitted} saved results resubmitted, "
+            f"{self.calls_expired} answered as expiring; skipped "
             f"{self.skipped_in_flight} in flight, {self.skipped_submitted} submitted, "
             f"{self.skipped_other} other types; {self.errors} errors"
         )
@@ -89,31 +93,86 @@ class Poller:
         summary.skipped_submitted += len(calls) - len(pending)
         if not pending:
             return
+        if view.claim_owner is not None:
+            self._in_flight(session.id, view, pending, summary)
+            return
         token = uuid.uuid4().hex
-        if view.claim_owner is not None or not self.ledger.claim(
-            session.id, token, self.settings.claim_lease_ms
-        ):
+        if not self.ledger.claim(session.id, token, self._lease_ms(pending)):
             summary.skipped_in_flight += len(pending)
             return
         try:
-            self._dispatch(session.id, token, pending, summary)
+            self._dispatch(session.id, token, pending, view.dispatch, summary)
         except Exception:
             self.ledger.release(session.id, token)
             raise
+
+    def _in_flight(
+        self,
+        session_id: str,
+        view: SessionView,
+        pending: list[tuple[FunctionCall, CallStatus]],
+        summary: PollSummary,
+    ) -> None:
+        """Leave a claimed session alone, unless its actions are about to expire."""
+        dispatch = view.dispatch
+        if dispatch is None or dispatch.token != view.claim_owner or not self._expiring(dispatch):
+            summary.skipped_in_flight += len(pending)
+            return
+        token = uuid.uuid4().hex
+        if not self.ledger.takeover(session_id, dispatch.token, token, self._lease_ms(pending)):
+            summary.skipped_in_flight += len(pending)
+            return
+        answered = [(c, self._expire(session_id, c, s)) for c, s in pending]
+        summary.calls_expired += sum(1 for _, s in pending if s.result is None)
+        log.warning(
+            "session_id=%s actions expire soon; answering unfinished calls with timeout errors",
+            session_id,
+        )
+        self._dispatch(session_id, token, answered, dispatch, summary)
+
+    def _expiring(self, dispatch: Dispatch) -> bool:
+        if dispatch.expires_at is None:
+            return False
+        return time.time() >= dispatch.expires_at - self.settings.expiry_margin
+
+    def _expire(self, session_id: str, call: FunctionCall, status: CallStatus) -> CallStatus:
+        """Save a timeout error for an unfinished call; a result saved first still wins."""
+        if status.result is not None:
+            return status
+        error = CallResult.fail(
+            Outcome.TIMEOUT,
+            f"Function {call.name!r} did not finish before the session's pending actions "
+            "expire; it was answered with this error so the turn can continue",
+        )
+        return CallStatus(status.state, self.ledger.finish(_ref(session_id, call), error))
+
+    def _lease_ms(self, pending: list[tuple[FunctionCall, CallStatus]]) -> int:
+        """Longest tool timeout plus its grace plus the queueing budget."""
+        registry = load_registry()
+        timeouts = [
+            getattr(registry.get(c.name), "timeout", UNKNOWN_TOOL_TIMEOUT) for c, _ in pending
+        ]
+        budget = max(timeouts) + self.settings.time_limit_grace + self.settings.queue_budget
+        return int(budget * 1000)
 
     def _dispatch(
         self,
         session_id: str,
         token: str,
         pending: list[tuple[FunctionCall, CallStatus]],
+        previous: Dispatch | None,
         summary: PollSummary,
     ) -> None:
+        lease_ms = self._lease_ms(pending)
+        self.ledger.record_dispatch(session_id, self._new_dispatch(token, lease_ms, previous))
         calls = [[c.turn_id, c.call_id] for c, _ in pending]
         saved = [
             result_payload(_ref(session_id, c), c.name, s.result) for c, s in pending if s.result
         ]
         to_run = [c for c, s in pending if s.result is None]
-        body = submit.s(session_id=session_id, token=token, calls=calls, saved=saved)
+        body = submit.s(
+            session_id=session_id, token=token, calls=calls, lease_ms=lease_ms, saved=saved
+        )
         if to_run:
             header = [
                 call_signature(session_id, c.turn_id, c.call_id, c.name, c.arguments)
@@ -131,6 +190,14 @@ class Poller:
             len(to_run),
             len(saved),
         )
+
+    def _new_dispatch(self, token: str, lease_ms: int, previous: Dispatch | None) -> Dispatch:
+        """A dispatch record; the expiry of the actions is fixed at their first dispatch."""
+        now = time.time()
+        expires_at = previous.expires_at if previous is not None else None
+        if expires_at is None and self.settings.action_expiry is not None:
+            expires_at = now + self.settings.action_expiry
+        return Dispatch(token, now, lease_ms, expires_at)
 
 
 def _ref(session_id: str, call: FunctionCall) -> CallRef:

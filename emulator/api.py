@@ -12,7 +12,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
@@ -102,6 +102,9 @@ class Api:
             request.state.outcome = "ok"
             try:
                 response = await self._guarded(name, handler, request)
+            except ClientDisconnect:  # the client died mid-request: nothing was applied
+                response = Response(status_code=499)
+                request.state.outcome = "disconnected"
             except WireError as error:
                 response = error_response(error)
                 request.state.outcome = getattr(request.state, "fault", None) or "rejected"
@@ -123,7 +126,10 @@ class Api:
         self._authenticate(request)
         fault, latency, faults = self.state.roll_fault(name)
         if latency:
+            await request.body()  # cached for the handler; the next receive is a disconnect
             await asyncio.sleep(latency)
+            if await request.is_disconnected():  # the client gave up: apply nothing
+                raise ClientDisconnect
         if fault is not None:
             request.state.fault = fault
             raise _fault_error(fault, faults)
@@ -165,6 +171,9 @@ class Api:
             request.path_params["session_id"], body, key, redacted_headers(request.headers)
         )
         request.state.outcome = "replayed" if replayed else "lost" if lost else "accepted"
+        delay = self.state.faults.answer_delay
+        if delay and not replayed:
+            await asyncio.sleep(delay)
         return Response(status_code=202, headers={DROP_HEADER: "1"} if lost else None)
 
     async def stream_events(self, request: Request) -> Response:

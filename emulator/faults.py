@@ -34,6 +34,8 @@ class Faults:
         retry_after: Seconds announced by a 429 (``Retry-After`` is rounded up to whole
             seconds as HTTP requires; ``retry-after-ms`` carries the exact value).
         latency: Seconds added before every answer on a scoped endpoint.
+        answer_delay: Seconds between applying an accepted batch and answering 202, so a
+            client that dies in that window has had its batch applied without knowing.
         apply_lag: Seconds between accepting a batch (202) and clearing the answered
             actions; meanwhile the session shows the same ``required_actions``.
         lost_202_rate: Probability that an accepted batch is applied and the connection is
@@ -47,6 +49,7 @@ class Faults:
     throttle_rate: float = 0.0
     retry_after: float = 1.0
     latency: float = 0.0
+    answer_delay: float = 0.0
     apply_lag: float = 0.0
     lost_202_rate: float = 0.0
     endpoints: frozenset[str] = field(default=ENDPOINTS)
@@ -56,7 +59,7 @@ class Faults:
     def __post_init__(self) -> None:
         for name in ("error_rate", "throttle_rate", "lost_202_rate"):
             _rate(name, getattr(self, name))
-        for name in ("retry_after", "latency", "apply_lag"):
+        for name in ("retry_after", "latency", "answer_delay", "apply_lag"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
         unknown = set(self.endpoints) - ENDPOINTS

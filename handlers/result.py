@@ -24,6 +24,7 @@ class Outcome(StrEnum):
     TIMEOUT = "timeout"
     BAD_OUTPUT = "bad_output"
     OUTCOME_UNKNOWN = "outcome_unknown"
+    POISON = "poison"
 
 
 class InputText(BaseModel):

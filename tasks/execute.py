@@ -26,6 +26,8 @@ from tasks.settings import get_settings, load_registry
 log = logging.getLogger("toolfan.execute")
 
 LEDGER_RETRIES = 5
+#: Seconds allowed for answering a call to an unregistered function.
+UNKNOWN_TOOL_TIMEOUT = 10.0
 
 
 @cache
@@ -54,7 +56,26 @@ def execute_call(
     if begin.saved is not None:
         log.info("%s returning saved result", _where(context), extra=context)
         return begin.saved
+    max_attempts = get_settings().max_attempts
+    if begin.attempts > max_attempts:
+        log.error(
+            "%s poison call: attempt %d of at most %d; giving up",
+            _where(context),
+            begin.attempts,
+            max_attempts,
+            extra=context,
+        )
+        return ledger.finish(ref, poison(name, max_attempts))
     return ledger.finish(ref, _produce(name, arguments, begin.attempts, registry, context))
+
+
+def poison(name: str, attempts: int) -> CallResult:
+    """The result of a call whose every delivery ended with its worker process dying."""
+    return CallResult.fail(
+        Outcome.POISON,
+        f"Function {name!r} did not complete in {attempts} attempts: its worker stopped each "
+        "time (crash, kill or out of memory); giving up",
+    )
 
 
 def _produce(
@@ -119,7 +140,7 @@ def call_signature(
     """A routed ``execute`` signature: on its tool's queue, with its tool's hard time limit."""
     registry, settings = load_registry(), get_settings()
     tool = registry.get(name)
-    timeout = tool.timeout if tool is not None else 10.0
+    timeout = tool.timeout if tool is not None else UNKNOWN_TOOL_TIMEOUT
     options: dict[str, Any] = {
         "queue": execute_queue(registry, name),
         "time_limit": hard_limit(settings, timeout),

@@ -17,3 +17,8 @@ def call(session_id: str, turn_id: str, call_id: str) -> str:
 def claim(session_id: str) -> str:
     """String holding the owner token of a session's claim (a lease with a TTL)."""
     return f"{PREFIX}:claim:{{{session_id}}}"
+
+
+def dispatch(session_id: str) -> str:
+    """Hash describing a session's current dispatch: owner token, times, expiry."""
+    return f"{PREFIX}:dispatch:{{{session_id}}}"

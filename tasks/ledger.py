@@ -54,6 +54,12 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 """
 
+_TAKEOVER = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
+"""
+
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
@@ -105,10 +111,45 @@ class CallStatus:
 
 
 @dataclass(frozen=True)
+class Dispatch:
+    """A session's latest dispatch: who owns it, when it started, and when actions expire."""
+
+    token: str
+    dispatched_at: float
+    lease_ms: int
+    expires_at: float | None = None
+
+    @classmethod
+    def from_hash(cls, raw: dict[str, str]) -> Dispatch | None:
+        """Read a stored dispatch hash; None when absent or unreadable."""
+        try:
+            return cls(
+                raw["token"],
+                float(raw["dispatched_at"]),
+                int(raw["lease_ms"]),
+                _float(raw.get("expires_at")),
+            )
+        except (KeyError, ValueError):
+            return None
+
+    def to_hash(self) -> dict[str, str | float]:
+        """The stored form."""
+        data: dict[str, str | float] = {
+            "token": self.token,
+            "dispatched_at": self.dispatched_at,
+            "lease_ms": self.lease_ms,
+        }
+        if self.expires_at is not None:
+            data["expires_at"] = self.expires_at
+        return data
+
+
+@dataclass(frozen=True)
 class SessionView:
-    """One session as the ledger sees it: who claims it, and the status of given calls."""
+    """One session as the ledger sees it: its claim, its dispatch, and given calls."""
 
     claim_owner: str | None
+    dispatch: Dispatch | None
     calls: list[CallStatus]
 
 
@@ -139,6 +180,7 @@ class Ledger:
         self._release = client.register_script(_RELEASE)
         self._renew = client.register_script(_RENEW)
         self._reclaim = client.register_script(_RECLAIM)
+        self._takeover = client.register_script(_TAKEOVER)
 
     @classmethod
     def from_url(cls, url: str, ttl: int) -> Ledger:
@@ -180,14 +222,23 @@ class Ledger:
         """The claim and the calls' statuses of one session, in one round trip."""
         pipe = self.client.pipeline(transaction=False)
         pipe.get(keys.claim(session_id))
+        pipe.hgetall(keys.dispatch(session_id))
         for ref in refs:
             pipe.hmget(ref.key, ["state", "result"])
-        owner, *rows = self._call(pipe.execute)
+        owner, dispatch, *rows = self._call(pipe.execute)
         calls = [
             CallStatus(state, CallResult.model_validate_json(result) if result else None)
             for state, result in rows
         ]
-        return SessionView(claim_owner=owner, calls=calls)
+        return SessionView(owner, Dispatch.from_hash(dispatch), calls)
+
+    def record_dispatch(self, session_id: str, dispatch: Dispatch) -> None:
+        """Remember a session's dispatch (replacing the previous one)."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(keys.dispatch(session_id))
+        pipe.hset(keys.dispatch(session_id), mapping=cast(Any, dispatch.to_hash()))
+        pipe.expire(keys.dispatch(session_id), self.ttl)
+        self._call(pipe.execute)
 
     def mark_submitted(self, refs: Sequence[CallRef], submission_key: str) -> None:
         """Record that the API accepted these calls' results under ``submission_key``."""
@@ -220,6 +271,10 @@ class Ledger:
     def reclaim(self, session_id: str, token: str, lease_ms: int) -> bool:
         """Keep or retake a claim: succeeds unless another owner holds it now."""
         return bool(self._run(self._reclaim, [keys.claim(session_id)], [token, lease_ms]))
+
+    def takeover(self, session_id: str, old: str, new: str, lease_ms: int) -> bool:
+        """Move a claim from ``old`` to ``new`` owner, only if ``old`` still holds it."""
+        return bool(self._run(self._takeover, [keys.claim(session_id)], [old, new, lease_ms]))
 
     def renew(self, session_id: str, token: str, lease_ms: int) -> bool:
         """Extend a claim this owner still holds; False when it expired or passed on."""

@@ -35,7 +35,21 @@ class Settings(BaseModel):
     visibility_timeout: int = Field(3600, gt=0, description="Redis broker redelivery delay")
     result_expires: int = Field(86400, gt=0, description="seconds Celery keeps task results")
     time_limit_grace: float = Field(30.0, ge=0, description="added to a tool's hard limit")
-    claim_lease: float = Field(600.0, gt=0, description="seconds a session's claim lasts")
+    queue_budget: float = Field(
+        300.0,
+        gt=0,
+        description="seconds a call may wait in its queue; with the longest tool "
+        "timeout it makes a session's claim lease",
+    )
+    max_attempts: int = Field(3, ge=1, description="deliveries of a call before giving up")
+    action_expiry: float | None = Field(
+        None,
+        gt=0,
+        description="seconds after first dispatch at which the platform expires "
+        "a session's pending actions, when it does",
+    )
+    expiry_margin: float = Field(15.0, ge=0, description="answer this long before expiry")
+    api_timeout: float = Field(30.0, gt=0, description="seconds to wait for an API answer")
     poll_interval: float = Field(5.0, gt=0, description="seconds between polls (loop, beat)")
     submit_retries: int = Field(10, ge=0, description="Celery retries of a failed submit")
     agent_id: str | None = Field(None, description="only poll this agent's sessions")
@@ -60,15 +74,10 @@ class Settings(BaseModel):
             raise ValueError("expected k=v pairs separated by commas, e.g. team=billing,env=prod")
         return dict(p.split("=", 1) for p in pairs)
 
-    @field_validator("agent_id", mode="before")
+    @field_validator("agent_id", "action_expiry", mode="before")
     @classmethod
     def _blank_is_none(cls, value: Any) -> Any:
         return value or None
-
-    @property
-    def claim_lease_ms(self) -> int:
-        """The claim lease in milliseconds, as Redis wants it."""
-        return int(self.claim_lease * 1000)
 
     @property
     def broker(self) -> str:

@@ -16,6 +16,7 @@ from enum import StrEnum
 from functools import cache
 from typing import Any
 
+import httpx
 from celery import Task
 
 from dispatcher.client import AgentsClient
@@ -43,7 +44,8 @@ class Submitted(StrEnum):
 @cache
 def get_client() -> AgentsClient:
     """The API client of this process (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``)."""
-    return AgentsClient()
+    timeout = get_settings().api_timeout
+    return AgentsClient(timeout=httpx.Timeout(timeout, connect=min(5.0, timeout)))
 
 
 def idempotency_key(session_id: str, calls: Sequence[Sequence[str]]) -> str:
@@ -81,6 +83,7 @@ def submit_results(
     results: Sequence[dict[str, Any]],
     ledger: Ledger,
     client: AgentsClient,
+    lease_ms: int,
 ) -> Submitted:
     """Send one session's results in one batch and record the outcome in the ledger.
 
@@ -90,7 +93,7 @@ def submit_results(
     """
     ids = f"session_id={session_id}"
     refs = [CallRef(session_id, turn, call) for turn, call in calls]
-    if not ledger.reclaim(session_id, token, get_settings().claim_lease_ms):
+    if not ledger.reclaim(session_id, token, lease_ms):
         log.warning("%s claim passed to another dispatch; it will submit", ids)
         return Submitted.CLAIM_LOST
     events = build_events(calls, results)
@@ -119,12 +122,14 @@ def submit(
     session_id: str,
     token: str,
     calls: list[list[str]],
+    lease_ms: int,
     saved: list[dict[str, Any]] | None = None,
 ) -> str:
     """Chord callback: submit a session's results (header results plus ``saved`` ones)."""
     try:
+        results = [*(saved or []), *results]
         outcome = submit_results(
-            session_id, token, calls, [*(saved or []), *results], get_ledger(), get_client()
+            session_id, token, calls, results, get_ledger(), get_client(), lease_ms
         )
     except (RetryableAPIError, LedgerError) as exc:
         limit = get_settings().submit_retries

@@ -23,6 +23,8 @@ from emulator.testing import TEST_API_KEY
 from tests.services import ROOT, Worker
 
 _stack = contextlib.ExitStack()
+#: A tool queue no test worker consumes, for calls that must wait past their deadline.
+UNSERVED_QUEUE = "fn.unserved"
 TEST_HANDLERS = "handlers.examples,tests.tools"
 
 
@@ -77,10 +79,25 @@ def api(emulator: EmulatorServer, redis_client: redis.Redis) -> EmulatorState:
 def worker(emulator: EmulatorServer) -> Iterator[Worker]:
     """One prefork worker with two processes on every queue, shared by the session."""
     log = Path(os.environ["TOOLFAN_TEST_TMP"]) / "worker.log"
+    from tasks.queues import all_queues  # after pytest_configure has set the environment
+    from tasks.settings import load_registry
+
+    queues = [q for q in all_queues(load_registry()) if q != UNSERVED_QUEUE]
     w = Worker(
-        ["-c", "2", "-P", "prefork", "-n", "test@%h", "--without-mingle", "--without-gossip"],
+        [
+            "-c",
+            "2",
+            "-P",
+            "prefork",
+            "-n",
+            "test@%h",
+            "--without-mingle",
+            "--without-gossip",
+            "-Q",
+            ",".join(queues),
+        ],
         log,
-        worker_env(),
+        worker_env(TOOLFAN_API_TIMEOUT="2"),
     )
     try:
         w.wait_ready()

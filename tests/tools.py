@@ -20,7 +20,7 @@ def _redis() -> redis.Redis:
     return redis.Redis.from_url(os.environ["TOOLFAN_REDIS_URL"], decode_responses=True)
 
 
-@tool
+@tool(timeout=5)
 def add(a: int, b: int) -> int:
     """Add two integers."""
     return a + b
@@ -45,7 +45,7 @@ def sleepy(seconds: float) -> str:
     return "woke up"
 
 
-@tool
+@tool(timeout=5)
 def count(key: str) -> int:
     """Counts its runs under ``key``: the side effect the tests count."""
     return int(_redis().incr(f"test:runs:{key}"))
@@ -76,6 +76,27 @@ def charge_reconciled(key: str, seconds: float = 0.0) -> str:
     _note_start(key)
     time.sleep(seconds)
     return "charged"
+
+
+@tool(timeout=5)
+def crash(key: str) -> str:
+    """Kills its worker process every time: a poison call."""
+    _redis().incr(f"test:runs:{key}")
+    os._exit(1)
+
+
+@tool(timeout=30)
+def slow_count(key: str, seconds: float = 0.0) -> int:
+    """An idempotent tool that takes its time: killed mid-call, it simply runs again."""
+    _note_start(key)
+    time.sleep(seconds)
+    return int(_redis().get(f"test:runs:{key}") or 0)
+
+
+@tool(timeout=1, queue="fn.unserved")
+def unserved() -> str:
+    """Its queue has no worker in the tests: its calls wait until their deadline."""
+    return "never"
 
 
 @shared_task(name="tests.collect")

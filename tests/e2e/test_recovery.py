@@ -56,7 +56,9 @@ def test_final_refusal_abandons_calls_with_reason_and_poll_leaves_them(api, redi
     ledger.claim(sid, "tok", 60_000)
     stranger = [*actions[:1], {**actions[1], "call_id": "call_never_requested"}]
     calls = [[a["turn_id"], a["call_id"]] for a in stranger]
-    outcome = submit_results(sid, "tok", calls, payloads(sid, stranger), ledger, get_client())
+    outcome = submit_results(
+        sid, "tok", calls, payloads(sid, stranger), ledger, get_client(), 60_000
+    )
     assert outcome is Submitted.ABANDONED
     record = ledger.record(refs(sid, stranger)[0])
     assert record.state == ABANDONED
@@ -73,7 +75,9 @@ def test_results_not_matching_the_claim_are_not_sent(api):
     ledger = get_ledger()
     ledger.claim(sid, "tok", 60_000)
     calls = [[a["turn_id"], a["call_id"]] for a in actions]
-    outcome = submit_results(sid, "tok", calls, payloads(sid, actions[:1]), ledger, get_client())
+    outcome = submit_results(
+        sid, "tok", calls, payloads(sid, actions[:1]), ledger, get_client(), 60_000
+    )
     assert outcome is Submitted.MISMATCH
     assert ledger.claim_owner(sid) is None
     assert api.requests("/events") == []
@@ -84,7 +88,9 @@ def test_a_claim_taken_over_is_not_submitted_by_the_old_owner(api):
     ledger = get_ledger()
     ledger.claim(sid, "new-owner", 60_000)
     calls = [[a["turn_id"], a["call_id"]] for a in actions]
-    outcome = submit_results(sid, "old-owner", calls, payloads(sid, actions), ledger, get_client())
+    outcome = submit_results(
+        sid, "old-owner", calls, payloads(sid, actions), ledger, get_client(), 60_000
+    )
     assert outcome is Submitted.CLAIM_LOST
     assert ledger.claim_owner(sid) == "new-owner"
     assert api.requests("/events") == []
@@ -95,9 +101,9 @@ def test_accepted_batch_marks_calls_submitted(api):
     ledger = get_ledger()
     ledger.claim(sid, "tok", 60_000)
     calls = [[a["turn_id"], a["call_id"]] for a in actions]
-    assert submit_results(sid, "tok", calls, payloads(sid, actions), ledger, get_client()) is (
-        Submitted.ACCEPTED
-    )
+    assert submit_results(
+        sid, "tok", calls, payloads(sid, actions), ledger, get_client(), 60_000
+    ) is (Submitted.ACCEPTED)
     record = ledger.record(refs(sid, actions)[0])
     assert record.state == SUBMITTED
     assert record.submission_key == idempotency_key(sid, calls)

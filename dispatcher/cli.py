@@ -12,6 +12,9 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
+import redis
+from kombu.exceptions import OperationalError
+
 from handlers.errors import ToolfanError
 
 Command = Callable[[argparse.Namespace, list[str]], int]
@@ -84,6 +87,40 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(command=_cmd_demo, passthrough=False)
 
 
+def _cmd_inspect(args: argparse.Namespace, rest: list[str]) -> int:
+    """Print the ledger's view of one session as JSON."""
+    from tasks.execute import get_ledger
+    from tasks.report import inspect_session
+
+    view = inspect_session(get_ledger(), args.session_id)
+    print(json.dumps(view, indent=2))
+    return 0 if view["calls"] or view["dispatch"] else 1
+
+
+def _cmd_status(args: argparse.Namespace, rest: list[str]) -> int:
+    """Print fleet-wide counts from the ledger."""
+    from tasks.execute import get_ledger
+    from tasks.report import fleet_status
+    from tasks.settings import get_settings
+
+    for line in fleet_status(get_ledger(), get_settings().queue_budget).lines():
+        print(line)
+    return 0
+
+
+def _add_inspect(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "inspect", help="the ledger's view of one session: calls, states, results, submission"
+    )
+    p.add_argument("session_id")
+    p.set_defaults(command=_cmd_inspect, passthrough=False)
+
+
+def _add_status(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("status", help="counts of in-flight, submitted, abandoned calls, claims")
+    p.set_defaults(command=_cmd_status, passthrough=False)
+
+
 def _add_poll(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("poll", help="find waiting sessions and dispatch their calls")
     mode = p.add_mutually_exclusive_group(required=True)
@@ -137,6 +174,8 @@ _PARSERS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], 
     _add_poll,
     _add_beat,
     _add_demo,
+    _add_inspect,
+    _add_status,
     _add_emulator,
 )
 
@@ -159,8 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command: Command = args.command
     try:
         return command(args, rest)
-    except ToolfanError as exc:
-        print(f"toolfan: error: {exc}", file=sys.stderr)
+    except (ToolfanError, redis.RedisError, OperationalError) as exc:
+        print(f"toolfan: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
 
 

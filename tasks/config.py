@@ -54,6 +54,9 @@ def celery_config(settings: Settings, registry: Registry) -> dict[str, Any]:
         "broker_transport_options": transport,
         "result_backend_transport_options": transport,
         "broker_connection_retry_on_startup": True,
+        # Keep running calls through a broker blip: their results land in the ledger, and a
+        # redelivered message returns the saved result instead of running them again.
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
         "task_serializer": "json",
         "result_serializer": "json",
         "accept_content": ["json"],

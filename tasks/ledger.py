@@ -232,6 +232,11 @@ class Ledger:
         ]
         return SessionView(owner, Dispatch.from_hash(dispatch), calls)
 
+    def dispatch(self, session_id: str) -> Dispatch | None:
+        """A session's latest dispatch record, or None."""
+        raw = cast(dict[str, str], self._call(self.client.hgetall, keys.dispatch(session_id)))
+        return Dispatch.from_hash(raw) if raw else None
+
     def record_dispatch(self, session_id: str, dispatch: Dispatch) -> None:
         """Remember a session's dispatch (replacing the previous one)."""
         pipe = self.client.pipeline(transaction=True)

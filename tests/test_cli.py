@@ -41,7 +41,7 @@ def test_bad_handler_module_is_a_clear_error():
     out = toolfan("tools", TOOLFAN_HANDLERS="no.such.module")
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
-    assert "toolfan: error: cannot import tool module 'no.such.module'" in out.stderr
+    assert "toolfan: error: RegistryError: cannot import tool module 'no.such.module'" in out.stderr
 
 
 def test_public_api_is_sorted_and_complete():

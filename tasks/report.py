@@ -1,0 +1,95 @@
+"""Read-only views of the ledger for operators: one session in detail, and fleet counts.
+
+These scan keys (SCAN, never KEYS), so they are for humans at a terminal, not hot paths.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from tasks import keys
+from tasks.ledger import ABANDONED, DONE, STARTED, SUBMITTED, CallRef, Ledger
+
+_GLOB = re.compile(r"([*?\[\]\\])")
+
+
+def _escape(text: str) -> str:
+    return _GLOB.sub(r"\\\1", text)
+
+
+def _scan(ledger: Ledger, pattern: str) -> list[str]:
+    return sorted(ledger.client.scan_iter(match=pattern, count=1000))
+
+
+def inspect_session(ledger: Ledger, session_id: str) -> dict[str, Any]:
+    """Everything the ledger knows of one session, JSON-ready."""
+    prefix = keys.call(session_id, "", "")[: -len("::")]
+    calls = []
+    for key in _scan(ledger, _escape(prefix) + ":*"):
+        turn_id, call_id = key[len(prefix) + 1 :].split(":", 1)
+        record = ledger.record(CallRef(session_id, turn_id, call_id))
+        if record is not None:
+            calls.append({"turn_id": turn_id, "call_id": call_id, **_record(record)})
+    dispatch = ledger.dispatch(session_id)
+    return {
+        "session_id": session_id,
+        "claim_owner": ledger.claim_owner(session_id),
+        "claim_ttl_ms": max(-1, int(ledger.client.pttl(keys.claim(session_id)))),
+        "dispatch": dispatch.__dict__ if dispatch else None,
+        "calls": calls,
+    }
+
+
+def _record(record: Any) -> dict[str, Any]:
+    data = {k: v for k, v in record.__dict__.items() if v is not None and k != "result"}
+    if record.result is not None:
+        data["result"] = record.result.to_json_dict()
+    return data
+
+
+@dataclass
+class FleetStatus:
+    """Counts across the whole ledger."""
+
+    calls: Counter[str] = field(default_factory=Counter)
+    claims: int = 0
+    stale_claims: int = 0
+
+    def lines(self) -> list[str]:
+        """The human summary, one fact per line."""
+        started, done = self.calls[STARTED], self.calls[DONE]
+        return [
+            f"calls in flight: {started + done} ({started} running, {done} awaiting submit)",
+            f"calls submitted: {self.calls[SUBMITTED]}",
+            f"calls abandoned: {self.calls[ABANDONED]}",
+            f"claims held: {self.claims} ({self.stale_claims} stale)",
+        ]
+
+
+def fleet_status(ledger: Ledger, queue_budget: float) -> FleetStatus:
+    """Count calls by state and find stale claims.
+
+    A claim is stale once its dispatch has been running longer than its tools' timeouts
+    allow (the lease minus the queueing budget): its chord is probably dead, and the
+    lease will run out and hand the session to the next poll.
+    """
+    status = FleetStatus()
+    pipe = ledger.client.pipeline(transaction=False)
+    call_keys = _scan(ledger, f"{keys.PREFIX}:call:*")
+    for key in call_keys:
+        pipe.hget(key, "state")
+    status.calls.update(state or "unknown" for state in pipe.execute())
+    now = time.time()
+    for key in _scan(ledger, f"{keys.PREFIX}:claim:*"):
+        status.claims += 1
+        session_id = key[key.index("{") + 1 : key.rindex("}")]
+        dispatch = ledger.dispatch(session_id)
+        if dispatch is not None and now > dispatch.dispatched_at + max(
+            0.0, dispatch.lease_ms / 1000 - queue_budget
+        ):
+            status.stale_claims += 1
+    return status

@@ -1,0 +1,87 @@
+"""Fault matrix, part 3: Redis restarted mid-run, with AOF on as the compose file ships it."""
+
+import shutil
+import subprocess
+import time
+
+import pytest
+import redis
+
+from dispatcher.devstack import Service, free_port, redis_answers
+from tests.conftest import worker_env
+from tests.e2e.harness import answered, check_exactly_once, seed
+from tests.services import Worker, wait_for
+
+
+def start_redis(port: int, directory) -> subprocess.Popen:
+    binary = shutil.which("redis-server")
+    assert binary, "redis-server is needed for this test"
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(directory),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--save",
+            "",
+            "--maxmemory-policy",
+            "noeviction",
+            "--logfile",
+            str(directory / "redis.log"),
+        ],
+    )
+    wait_for(lambda: redis_answers(f"redis://127.0.0.1:{port}/0"), 10, "redis-server")
+    return proc
+
+
+@pytest.fixture
+def aof_redis(tmp_path):
+    port = free_port()
+    (tmp_path / "redis").mkdir()
+    state = {"proc": start_redis(port, tmp_path / "redis")}
+
+    def restart() -> None:
+        state["proc"].terminate()
+        state["proc"].wait(20)
+        state["proc"] = start_redis(port, tmp_path / "redis")
+
+    yield f"redis://127.0.0.1:{port}", restart
+    state["proc"].terminate()
+    state["proc"].wait(20)
+
+
+def test_redis_restarted_mid_run_loses_nothing(api, aof_redis, tmp_path):
+    url, restart = aof_redis
+    env = worker_env(
+        TOOLFAN_REDIS_URL=f"{url}/0",
+        TOOLFAN_BROKER_URL=f"{url}/1",
+        TOOLFAN_QUEUE_BUDGET="3",
+        TOOLFAN_TIME_LIMIT_GRACE="1",
+        TOOLFAN_API_TIMEOUT="2",
+    )
+    worker = Worker(
+        ["-c", "2", "-n", "aof@%h", "--without-mingle", "--without-gossip"],
+        tmp_path / "worker.log",
+        env,
+    )
+    poller = Service(["poll", "--interval", "0.2"], tmp_path / "poller.log", env)
+    try:
+        worker.wait_ready()
+        seeded = seed(api, 40)
+        wait_for(lambda: len(api.batches()) >= 5, 60, "the first answers")
+        restart()
+        seed(api, 10, seeded)  # arrive after the restart
+        wait_for(lambda: answered(api, seeded), 180, "every session to be answered", 0.2)
+        time.sleep(1.0)
+    finally:
+        poller.stop()
+        worker.stop()
+    ledger = redis.Redis.from_url(f"{url}/0", decode_responses=True)
+    check_exactly_once(api, seeded, ledger)

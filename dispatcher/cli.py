@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 
@@ -31,9 +33,21 @@ def _cmd_tools(args: argparse.Namespace, rest: list[str]) -> int:
 
 def _cmd_worker(args: argparse.Namespace, rest: list[str]) -> int:
     """Start a Celery worker; extra options go to ``celery worker`` unchanged."""
+    _fresh_metrics_dir()
     from tasks.worker import run_worker
 
     return run_worker(rest)
+
+
+def _fresh_metrics_dir() -> None:
+    """Empty ``PROMETHEUS_MULTIPROC_DIR`` before any metric exists in this process tree.
+
+    Samples of a previous run's processes would otherwise be summed into this run's.
+    """
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory:
+        shutil.rmtree(directory, ignore_errors=True)
+        os.makedirs(directory, exist_ok=True)
 
 
 def _cmd_poll(args: argparse.Namespace, rest: list[str]) -> int:
@@ -43,11 +57,18 @@ def _cmd_poll(args: argparse.Namespace, rest: list[str]) -> int:
     def emit(line: str) -> None:
         print(line, flush=True)
 
+    from tasks import metrics
+    from tasks.logs import use_json
+
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.ERROR,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    use_json(logging.getLogger())
     if args.interval is not None:
+        port = metrics.port_from_env()
+        if port is not None:
+            metrics.serve(port)
         return run_loop(args.interval, emit)
     return run_once(emit)
 
@@ -69,6 +90,27 @@ def _add_beat(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         add_help=False,
     )
     p.set_defaults(command=_cmd_beat, passthrough=True)
+
+
+def _cmd_flower(args: argparse.Namespace, rest: list[str]) -> int:
+    """Run Flower (the ``celery flower`` sub-command) on this app; options pass through."""
+    from tasks.app import app
+
+    # Flower registers itself as a Celery sub-command (entry point ``celery.commands``), so
+    # the app's own command line finds it: the same broker, backend and queues as workers.
+    app.start(argv=["flower", *rest])
+    return 0
+
+
+def _add_flower(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "flower",
+        help="run Flower, the web monitor: every execute with its function, session and call",
+        description="Further options go to 'celery flower' (e.g. --port=5555 "
+        "--basic-auth=user:pass). Workers send task events, so Flower sees every task.",
+        add_help=False,
+    )
+    p.set_defaults(command=_cmd_flower, passthrough=True)
 
 
 def _cmd_demo(args: argparse.Namespace, rest: list[str]) -> int:
@@ -173,6 +215,7 @@ _PARSERS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], 
     _add_worker,
     _add_poll,
     _add_beat,
+    _add_flower,
     _add_demo,
     _add_inspect,
     _add_status,

@@ -15,10 +15,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from celery import chord
+from celery.result import AsyncResult, GroupResult
 
 from dispatcher.client import AgentsClient
 from dispatcher.models import FunctionCall, Session
 from handlers.result import CallResult, Outcome
+from tasks import metrics
+from tasks.app import app
 from tasks.execute import UNKNOWN_TOOL_TIMEOUT, call_signature, get_ledger, result_payload
 from tasks.ledger import FINAL_STATES, CallRef, CallStatus, Dispatch, Ledger, SessionView
 from tasks.settings import Settings, get_settings, load_registry
@@ -38,6 +41,7 @@ class PollSummary:
     calls_resubmitted: int = 0
     calls_expired: int = 0
     skipped_in_flight: int = 0
+    stale_claims: int = 0
     skipped_submitted: int = 0
     skipped_other: int = 0
     errors: int = 0
@@ -53,7 +57,8 @@ class PollSummary:
             f"pending; {self.calls_dispatched} calls dispatched in {self.sessions_dispatched} "
             f"sessions, {self.calls_resubmitted} saved results resubmitted, "
             f"{self.calls_expired} answered as expiring; skipped "
-            f"{self.skipped_in_flight} in flight, {self.skipped_submitted} submitted, "
+            f"{self.skipped_in_flight} in flight ({self.stale_claims} stale claims), "
+            f"{self.skipped_submitted} submitted, "
             f"{self.skipped_other} other types; {self.errors} errors"
         )
 
@@ -69,6 +74,7 @@ class Poller:
     def poll_once(self) -> PollSummary:
         """List every matching session and dispatch the ones with undispatched calls."""
         summary = PollSummary()
+        started = time.perf_counter()
         malformed_before = self.client.malformed_sessions
         sessions = self.client.iter_sessions(
             agent_id=self.settings.agent_id, metadata=self.settings.session_metadata or None
@@ -77,7 +83,10 @@ class Poller:
             summary.sessions_seen += 1
             self._session(session, summary)
         summary.errors += self.client.malformed_sessions - malformed_before
-        log.info("%s", summary.line())
+        metrics.POLL_DURATION.observe(time.perf_counter() - started)
+        metrics.SESSIONS_PENDING.set(summary.sessions_pending)
+        metrics.STALE_CLAIMS.set(summary.stale_claims)
+        log.info("%s", summary.line(), extra=summary.as_dict())
         return summary
 
     def _session(self, session: Session, summary: PollSummary) -> None:
@@ -115,6 +124,8 @@ class Poller:
     ) -> None:
         """Leave a claimed session alone, unless its actions are about to expire."""
         dispatch = view.dispatch
+        if dispatch is not None and self._stale(dispatch):
+            summary.stale_claims += 1
         if dispatch is None or dispatch.token != view.claim_owner or not self._expiring(dispatch):
             summary.skipped_in_flight += len(pending)
             return
@@ -129,6 +140,11 @@ class Poller:
             session_id,
         )
         self._dispatch(session_id, token, answered, dispatch, summary)
+
+    def _stale(self, dispatch: Dispatch) -> bool:
+        """Whether a dispatch has outrun its tools' timeouts (its chord is probably dead)."""
+        budget = max(0.0, dispatch.lease_ms / 1000 - self.settings.queue_budget)
+        return time.time() > dispatch.dispatched_at + budget
 
     def _expiring(self, dispatch: Dispatch) -> bool:
         if dispatch.expires_at is None:
@@ -164,23 +180,29 @@ class Poller:
         summary: PollSummary,
     ) -> None:
         lease_ms = self._lease_ms(pending)
-        self.ledger.record_dispatch(session_id, self._new_dispatch(token, lease_ms, previous))
+        dispatch = self._new_dispatch(token, lease_ms, previous)
+        self.ledger.record_dispatch(session_id, dispatch)
         calls = [[c.turn_id, c.call_id] for c, _ in pending]
         saved = [
             result_payload(_ref(session_id, c), c.name, s.result) for c, s in pending if s.result
         ]
         to_run = [c for c, s in pending if s.result is None]
         body = submit.s(
-            session_id=session_id, token=token, calls=calls, lease_ms=lease_ms, saved=saved
+            session_id=session_id,
+            token=token,
+            calls=calls,
+            lease_ms=lease_ms,
+            saved=saved,
+            first_seen=dispatch.first_seen,
         )
         if to_run:
             header = [
                 call_signature(session_id, c.turn_id, c.call_id, c.name, c.arguments)
                 for c in to_run
             ]
-            chord(header)(body)
+            _stop_listening(chord(header)(body))
         else:
-            body.apply_async(args=([],))
+            _stop_listening(body.apply_async(args=([],)))
         summary.sessions_dispatched += 1
         summary.calls_dispatched += len(to_run)
         summary.calls_resubmitted += len(saved)
@@ -197,7 +219,26 @@ class Poller:
         expires_at = previous.expires_at if previous is not None else None
         if expires_at is None and self.settings.action_expiry is not None:
             expires_at = now + self.settings.action_expiry
-        return Dispatch(token, now, lease_ms, expires_at)
+        first_seen = previous.first_seen if previous is not None else None
+        return Dispatch(token, now, lease_ms, expires_at, first_seen or now)
+
+
+def _stop_listening(result: AsyncResult[Any]) -> None:
+    """Drop the result subscriptions Celery opened while sending; the poller never waits.
+
+    Celery's Redis backend subscribes to each sent task's result channel (and a group's
+    barrier to each member's) in the sending process. A poller never reads them, so
+    without this a long-running poller would hold one pub/sub channel per dispatched call.
+    """
+    consumer = getattr(app.backend, "result_consumer", None)
+    if consumer is None:  # a backend without pub/sub keeps no subscriptions
+        return
+    parent = result.parent
+    members: list[AsyncResult[Any]] = (
+        list(parent.results or []) if isinstance(parent, GroupResult) else []
+    )
+    for sent in [*members, result]:
+        consumer.cancel_for(sent.id)
 
 
 def _ref(session_id: str, call: FunctionCall) -> CallRef:

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from kombu import Queue
+from kombu import Exchange, Queue
 
 from handlers.errors import RegistryError
 from handlers.registry import Registry
 from tasks.queues import POLL_TASK, ControlQueue, Router, all_queues
 from tasks.settings import Settings
+
+#: One direct exchange for every toolfan queue; a queue's routing key is its name.
+EXCHANGE = Exchange("toolfan", type="direct")
 
 
 def hard_limit(settings: Settings, timeout: float) -> float:
@@ -69,8 +72,10 @@ def celery_config(settings: Settings, registry: Registry) -> dict[str, Any]:
         "task_send_sent_event": True,
         "task_track_started": True,
         "result_expires": settings.result_expires,
-        "task_queues": [Queue(name, routing_key=name) for name in all_queues(registry)],
+        "task_queues": [Queue(name, EXCHANGE, routing_key=name) for name in all_queues(registry)],
         "task_default_queue": ControlQueue.SUBMIT.value,
+        "task_default_exchange": EXCHANGE.name,
+        "task_default_routing_key": ControlQueue.SUBMIT.value,
         "task_routes": (Router(registry),),
         "beat_schedule": beat_schedule(settings),
     }

@@ -8,6 +8,7 @@ callback never runs, so the session's other results would never be submitted.
 from __future__ import annotations
 
 import logging
+import time
 from functools import cache
 from typing import Any
 
@@ -17,6 +18,7 @@ from celery.canvas import Signature
 from handlers.registry import Registry
 from handlers.result import CallResult, Outcome
 from handlers.runner import parse_arguments, run_call, run_reconcile, unknown_function
+from tasks import metrics
 from tasks.app import app
 from tasks.config import hard_limit
 from tasks.ledger import CallRef, Ledger, LedgerError
@@ -56,7 +58,9 @@ def execute_call(
     if begin.saved is not None:
         log.info("%s returning saved result", _where(context), extra=context)
         return begin.saved
+    log.debug("%s arguments", _where(context), extra={**context, "arguments": arguments})
     max_attempts = get_settings().max_attempts
+    started = time.perf_counter()
     if begin.attempts > max_attempts:
         log.error(
             "%s poison call: attempt %d of at most %d; giving up",
@@ -65,8 +69,27 @@ def execute_call(
             max_attempts,
             extra=context,
         )
-        return ledger.finish(ref, poison(name, max_attempts))
-    return ledger.finish(ref, _produce(name, arguments, begin.attempts, registry, context))
+        produced = poison(name, max_attempts)
+    else:
+        produced = _produce(name, arguments, begin.attempts, registry, context)
+    elapsed = time.perf_counter() - started
+    result = ledger.finish(ref, produced)
+    _report(result, elapsed, name in registry, context)
+    return result
+
+
+def _report(result: CallResult, elapsed: float, known: bool, context: dict[str, Any]) -> None:
+    """One log line and the metrics for a call that was just answered."""
+    label = metrics.function_label(context["function"], known)
+    metrics.CALLS.labels(label, result.outcome.value).inc()
+    metrics.CALL_DURATION.labels(label).observe(elapsed)
+    size = len(result.output) if isinstance(result.output, str) else len(result.error or "")
+    fields = {
+        "outcome": result.outcome.value,
+        "elapsed_ms": round(elapsed * 1000, 1),
+        "output_chars": size,
+    }
+    log.info("%s call %s", _where(context), result.outcome.value, extra={**context, **fields})
 
 
 def poison(name: str, attempts: int) -> CallResult:

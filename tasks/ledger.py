@@ -118,6 +118,7 @@ class Dispatch:
     dispatched_at: float
     lease_ms: int
     expires_at: float | None = None
+    first_seen: float | None = None
 
     @classmethod
     def from_hash(cls, raw: dict[str, str]) -> Dispatch | None:
@@ -128,6 +129,7 @@ class Dispatch:
                 float(raw["dispatched_at"]),
                 int(raw["lease_ms"]),
                 _float(raw.get("expires_at")),
+                _float(raw.get("first_seen")),
             )
         except (KeyError, ValueError):
             return None
@@ -141,6 +143,8 @@ class Dispatch:
         }
         if self.expires_at is not None:
             data["expires_at"] = self.expires_at
+        if self.first_seen is not None:
+            data["first_seen"] = self.first_seen
         return data
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
+import time
 from collections.abc import Sequence
 from enum import StrEnum
 from functools import cache
@@ -22,11 +23,12 @@ from celery import Task
 from dispatcher.client import AgentsClient
 from dispatcher.errors import FinalAPIError, RetryableAPIError
 from dispatcher.models import tool_result_event
+from tasks import metrics
 from tasks.app import app
 from tasks.execute import get_ledger
 from tasks.ledger import CallRef, Ledger, LedgerError
 from tasks.queues import SUBMIT_TASK
-from tasks.settings import get_settings
+from tasks.settings import get_settings, load_registry
 
 log = logging.getLogger("toolfan.submit")
 
@@ -103,16 +105,34 @@ def submit_results(
         return Submitted.MISMATCH
     key = idempotency_key(session_id, calls)
     try:
-        client.submit_events(session_id, events, key)
+        accepted = client.submit_events(session_id, events, key)
     except FinalAPIError as exc:
+        _count_attempt(str(exc.status_code or "final"))
         log.error("%s key=%s batch refused for good: %s", ids, key, exc.message)
         ledger.mark_abandoned(refs, exc.message)
         ledger.release(session_id, token)
+        _count_abandoned(results)
         return Submitted.ABANDONED
+    except RetryableAPIError:
+        _count_attempt("retry")
+        raise
+    _count_attempt(str(accepted.status_code))
     ledger.mark_submitted(refs, key)
     ledger.release(session_id, token)
     log.info("%s key=%s submitted %d result(s)", ids, key, len(events))
     return Submitted.ACCEPTED
+
+
+def _count_attempt(status: str) -> None:
+    metrics.SUBMIT_ATTEMPTS.labels(status).inc()
+
+
+def _count_abandoned(results: Sequence[dict[str, Any]]) -> None:
+    known = load_registry()
+    for result in results:
+        label = metrics.function_label(result["name"], result["name"] in known)
+        metrics.CALLS.labels(label, "abandoned").inc()
+    metrics.ABANDONED.inc(len(results))
 
 
 @app.task(name=SUBMIT_TASK, bind=True, max_retries=None)
@@ -124,6 +144,7 @@ def submit(
     calls: list[list[str]],
     lease_ms: int,
     saved: list[dict[str, Any]] | None = None,
+    first_seen: float | None = None,
 ) -> str:
     """Chord callback: submit a session's results (header results plus ``saved`` ones)."""
     try:
@@ -151,4 +172,6 @@ def submit(
             exc,
         )
         raise self.retry(countdown=delay, exc=exc) from exc
+    if outcome is Submitted.ACCEPTED and first_seen is not None:
+        metrics.TIME_TO_SUBMIT.observe(max(0.0, time.time() - first_seen))
     return outcome.value

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -104,3 +105,6 @@ def worker(emulator: EmulatorServer) -> Iterator[Worker]:
         yield w
     finally:
         w.stop()
+        keep = os.environ.get("TOOLFAN_KEEP_WORKER_LOG")
+        if keep:
+            shutil.copy(log, keep)

@@ -26,13 +26,13 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-@tool
+@tool(timeout=5)
 def boom() -> None:
     """Always fails with an unexpected exception."""
     raise RuntimeError("kaboom")
 
 
-@tool
+@tool(timeout=5)
 def refuse(reason: str) -> None:
     """Fails on purpose with a message for the model."""
     raise ToolError(reason)

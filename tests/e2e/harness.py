@@ -94,7 +94,8 @@ def check_exactly_once(api: EmulatorState, seeded: Seeded, redis_client) -> None
         assert sorted(got) == sorted(expected)
         assert all(e["type"] == "agent.session.input.tool_result" for e in batch.events)
     for key in seeded.counters:
-        assert redis_client.get(f"test:runs:{key}") == "1", "a side effect ran twice or never"
+        runs = redis_client.get(f"test:runs:{key}")
+        assert runs == "1", f"a side effect ran {runs} times"
     for sid in seeded.untouched:
         assert not api.batches(sid)
 

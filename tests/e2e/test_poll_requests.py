@@ -39,3 +39,14 @@ def test_agent_and_metadata_filters_pick_the_sessions(api):
     assert "agent_id=agent_a" in query and "metadata%5Bteam%5D=billing" in query
     wait_for(lambda: api.batches(mine), 30, "the filtered session's batch")
     assert [b.session_id for b in api.batches()] == [mine]
+
+
+def test_dispatching_leaves_no_result_subscriptions_behind(api, redis_client):
+    for i in range(10):
+        api.create_session(
+            [function_call("add", {"a": i, "b": j}, turn_id="turn_1") for j in range(3)]
+        )
+    before = len(redis_client.pubsub_channels("celery-task-meta-*"))
+    summary = Poller(client(), get_ledger(), get_settings()).poll_once()
+    assert summary.calls_dispatched == 30
+    assert len(redis_client.pubsub_channels("celery-task-meta-*")) <= before

@@ -116,11 +116,12 @@ def test_calls_stuck_in_a_queue_are_answered_with_timeouts_before_expiry(
 ):
     from dispatcher.poll import Poller
     from tasks.execute import get_ledger
+    from tasks.ledger import CallRef
     from tasks.settings import Settings, get_settings
     from tests.e2e.harness import client
 
     settings = Settings(
-        **{**get_settings().model_dump(), "action_expiry": 3.0, "expiry_margin": 1.0}
+        **{**get_settings().model_dump(), "action_expiry": 6.0, "expiry_margin": 1.0}
     )
     key = uuid.uuid4().hex
     stuck = function_call("unserved", {}, turn_id="turn_1")  # no worker consumes its queue
@@ -130,10 +131,12 @@ def test_calls_stuck_in_a_queue_are_answered_with_timeouts_before_expiry(
     started = time.time()
     first = p.poll_once()
     assert first.calls_dispatched == 2
+    done = CallRef(sid, fine["turn_id"], fine["call_id"])
+    wait_for(lambda: getattr(get_ledger().record(done), "result", None), 5, "the served call")
     summary = wait_for(lambda: (s := p.poll_once()).calls_expired and s, 10, "the expiry")
     assert summary.calls_expired == 1
     wait_for(lambda: api.batches(sid), 30, "the batch")
-    assert time.time() - started < 3.0 + 1.0
+    assert time.time() - started < 6.0
     events = {e["call_id"]: e for e in api.batches(sid)[0].events}
     assert events[fine["call_id"]]["output"] == "1"
     assert events[stuck["call_id"]]["success"] is False

@@ -32,9 +32,12 @@ format: install
 	$(BIN)/ruff check --fix .
 
 # Tests use the Redis at TOOLFAN_REDIS_URL (default redis://localhost:6379/0) when it
-# answers, else start a private redis-server on a free port (see tests/conftest.py).
+# answers, else start a private redis-server on a free port (see tests/conftest.py). The
+# end-to-end suite runs again with RabbitMQ as the broker (skipped when none answers on
+# 127.0.0.1:5672, unless CI is set).
 test: lint typecheck
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --broker=rabbitmq tests/e2e $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -3,7 +3,8 @@
 The environment is fixed in ``pytest_configure``, before any toolfan module is imported,
 because every toolfan process reads its settings from the environment once. Tests use two
 databases of that Redis: 14 for the broker, 15 for results and the ledger (flushed per
-test); nothing else on that server is touched.
+test); a few tests run their own stacks on databases 8 to 13. ``--broker=rabbitmq`` puts
+the test workers' messages on RabbitMQ (``TOOLFAN_TEST_AMQP_URL``) instead of database 14.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from kombu import Connection
 
 from dispatcher.devstack import redis_base_url
 from emulator import EmulatorServer, EmulatorState, running_emulator
@@ -29,13 +31,45 @@ UNSERVED_QUEUE = "fn.unserved"
 TEST_HANDLERS = "handlers.examples,tests.tools"
 
 
+_RABBITMQ_MISSING: list[str] = []
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--broker",
+        choices=("redis", "rabbitmq"),
+        default="redis",
+        help="message broker of the test workers; results and the ledger stay in Redis",
+    )
+
+
+def _broker_url(config: pytest.Config, redis_base: str) -> str:
+    if config.getoption("--broker") == "redis":
+        return f"{redis_base}/14"
+    url = os.environ.get("TOOLFAN_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+    try:
+        with Connection(url, connect_timeout=3) as connection:
+            connection.ensure_connection(max_retries=1)
+    except Exception as exc:
+        if os.environ.get("CI"):
+            pytest.exit(f"RabbitMQ does not answer at {url}: {exc}", returncode=1)
+        _RABBITMQ_MISSING.append(f"RabbitMQ does not answer at {url} (set CI to fail instead)")
+    return url
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for reason in _RABBITMQ_MISSING:
+        for item in items:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     url = os.environ.get("TOOLFAN_REDIS_URL", "redis://localhost:6379/0")
     base = _stack.enter_context(redis_base_url(url))
     tmp = Path(_stack.enter_context(tempfile.TemporaryDirectory(prefix="toolfan-tests-")))
     os.environ.update(
         TOOLFAN_REDIS_URL=f"{base}/15",
-        TOOLFAN_BROKER_URL=os.environ.get("TOOLFAN_TEST_BROKER_URL", f"{base}/14"),
+        TOOLFAN_BROKER_URL=_broker_url(config, base),
         TOOLFAN_HANDLERS=TEST_HANDLERS,
         TOOLFAN_EXAMPLES_DB=str(tmp / "examples.sqlite3"),
         TOOLFAN_TEST_TMP=str(tmp),
@@ -80,9 +114,11 @@ def api(emulator: EmulatorServer, redis_client: redis.Redis) -> EmulatorState:
 def worker(emulator: EmulatorServer) -> Iterator[Worker]:
     """One prefork worker with two processes on every queue, shared by the session."""
     log = Path(os.environ["TOOLFAN_TEST_TMP"]) / "worker.log"
+    from tasks import app
     from tasks.queues import all_queues  # after pytest_configure has set the environment
     from tasks.settings import load_registry
 
+    app.control.purge()  # messages a previous run left behind would only add noise
     queues = [q for q in all_queues(load_registry()) if q != UNSERVED_QUEUE]
     w = Worker(
         [

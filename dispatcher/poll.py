@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -28,6 +29,9 @@ from tasks.settings import Settings, get_settings, load_registry
 from tasks.submit import get_client, submit
 
 log = logging.getLogger("toolfan.poll")
+
+#: Sessions handled per ledger round trip: one API page.
+PAGE = 100
 
 
 @dataclass
@@ -79,9 +83,9 @@ class Poller:
         sessions = self.client.iter_sessions(
             agent_id=self.settings.agent_id, metadata=self.settings.session_metadata or None
         )
-        for session in sessions:
-            summary.sessions_seen += 1
-            self._session(session, summary)
+        for page in _pages(sessions, PAGE):
+            summary.sessions_seen += len(page)
+            self._page(page, summary)
         summary.errors += self.client.malformed_sessions - malformed_before
         metrics.POLL_DURATION.observe(time.perf_counter() - started)
         metrics.SESSIONS_PENDING.set(summary.sessions_pending)
@@ -89,13 +93,24 @@ class Poller:
         log.info("%s", summary.line(), extra=summary.as_dict())
         return summary
 
-    def _session(self, session: Session, summary: PollSummary) -> None:
-        calls = _unique_calls(session, summary)
-        summary.skipped_other += sum(1 for a in session.other_actions if a.problem is None)
-        if not calls:
-            return
-        summary.sessions_pending += 1
-        view = self.ledger.session_view(session.id, [_ref(session.id, c) for c in calls])
+    def _page(self, page: list[Session], summary: PollSummary) -> None:
+        """Handle up to a page of sessions with one ledger round trip for all of them."""
+        waiting = []
+        for session in page:
+            summary.skipped_other += sum(1 for a in session.other_actions if a.problem is None)
+            calls = _unique_calls(session, summary)
+            if calls:
+                summary.sessions_pending += 1
+                waiting.append((session.id, calls))
+        views = self.ledger.session_views(
+            [(sid, [_ref(sid, c) for c in calls]) for sid, calls in waiting]
+        )
+        for (session_id, calls), view in zip(waiting, views, strict=True):
+            self._session(session_id, calls, view, summary)
+
+    def _session(
+        self, session_id: str, calls: list[FunctionCall], view: SessionView, summary: PollSummary
+    ) -> None:
         pending = [
             (c, s) for c, s in zip(calls, view.calls, strict=True) if s.state not in FINAL_STATES
         ]
@@ -103,16 +118,16 @@ class Poller:
         if not pending:
             return
         if view.claim_owner is not None:
-            self._in_flight(session.id, view, pending, summary)
+            self._in_flight(session_id, view, pending, summary)
             return
-        token = uuid.uuid4().hex
-        if not self.ledger.claim(session.id, token, self._lease_ms(pending)):
+        dispatch = self._new_dispatch(uuid.uuid4().hex, self._lease_ms(pending), view.dispatch)
+        if not self.ledger.claim_dispatch(session_id, dispatch):
             summary.skipped_in_flight += len(pending)
             return
         try:
-            self._dispatch(session.id, token, pending, view.dispatch, summary)
+            self._dispatch(session_id, dispatch, pending, summary)
         except Exception:
-            self.ledger.release(session.id, token)
+            self.ledger.release(session_id, dispatch.token)
             raise
 
     def _in_flight(
@@ -139,7 +154,9 @@ class Poller:
             "session_id=%s actions expire soon; answering unfinished calls with timeout errors",
             session_id,
         )
-        self._dispatch(session_id, token, answered, dispatch, summary)
+        takeover = self._new_dispatch(token, self._lease_ms(pending), dispatch)
+        self.ledger.record_dispatch(session_id, takeover)
+        self._dispatch(session_id, takeover, answered, summary)
 
     def _stale(self, dispatch: Dispatch) -> bool:
         """Whether a dispatch has outrun its tools' timeouts (its chord is probably dead)."""
@@ -174,14 +191,10 @@ class Poller:
     def _dispatch(
         self,
         session_id: str,
-        token: str,
+        dispatch: Dispatch,
         pending: list[tuple[FunctionCall, CallStatus]],
-        previous: Dispatch | None,
         summary: PollSummary,
     ) -> None:
-        lease_ms = self._lease_ms(pending)
-        dispatch = self._new_dispatch(token, lease_ms, previous)
-        self.ledger.record_dispatch(session_id, dispatch)
         calls = [[c.turn_id, c.call_id] for c, _ in pending]
         saved = [
             result_payload(_ref(session_id, c), c.name, s.result) for c, s in pending if s.result
@@ -189,9 +202,9 @@ class Poller:
         to_run = [c for c, s in pending if s.result is None]
         body = submit.s(
             session_id=session_id,
-            token=token,
+            token=dispatch.token,
             calls=calls,
-            lease_ms=lease_ms,
+            lease_ms=dispatch.lease_ms,
             saved=saved,
             first_seen=dispatch.first_seen,
         )
@@ -221,6 +234,18 @@ class Poller:
             expires_at = now + self.settings.action_expiry
         first_seen = previous.first_seen if previous is not None else None
         return Dispatch(token, now, lease_ms, expires_at, first_seen or now)
+
+
+def _pages(sessions: Iterable[Session], size: int) -> Iterator[list[Session]]:
+    """Group sessions as the API lists them, so the ledger is read once per page."""
+    page: list[Session] = []
+    for session in sessions:
+        page.append(session)
+        if len(page) == size:
+            yield page
+            page = []
+    if page:
+        yield page
 
 
 def _stop_listening(result: AsyncResult[Any]) -> None:

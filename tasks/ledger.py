@@ -10,7 +10,7 @@ a slow owner can never free a claim that has since passed to someone else.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -19,52 +19,16 @@ import redis
 from handlers.errors import ToolfanError
 from handlers.result import CallResult
 from tasks import keys
-
-_BEGIN = """
-local result = redis.call('HGET', KEYS[1], 'result')
-if result then
-  return {'done', result, tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0')}
-end
-local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
-if attempts == 1 then
-  redis.call('HSET', KEYS[1], 'name', ARGV[3], 'first_started_at', ARGV[1])
-end
-redis.call('HSET', KEYS[1], 'state', 'started', 'started_at', ARGV[1])
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-return {'started', false, attempts}
-"""
-
-_FINISH = """
-local result = redis.call('HGET', KEYS[1], 'result')
-if result then return result end
-redis.call('HSET', KEYS[1], 'state', 'done', 'result', ARGV[1], 'finished_at', ARGV[2])
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-return ARGV[1]
-"""
-
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-_RECLAIM = """
-local owner = redis.call('GET', KEYS[1])
-if owner and owner ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1
-"""
-
-_TAKEOVER = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-return 1
-"""
-
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0
-"""
-
+from tasks.scripts import (
+    BEGIN,
+    CLAIM,
+    FINISH,
+    MARK_SUBMITTED,
+    RECLAIM,
+    RELEASE,
+    RENEW,
+    TAKEOVER,
+)
 
 STARTED, DONE, SUBMITTED, ABANDONED = "started", "done", "submitted", "abandoned"
 #: States after which the API has had its answer (or refused it for good): never re-sent.
@@ -179,12 +143,14 @@ class Ledger:
     def __init__(self, client: redis.Redis, ttl: int) -> None:
         self.client = client
         self.ttl = ttl
-        self._begin = client.register_script(_BEGIN)
-        self._finish = client.register_script(_FINISH)
-        self._release = client.register_script(_RELEASE)
-        self._renew = client.register_script(_RENEW)
-        self._reclaim = client.register_script(_RECLAIM)
-        self._takeover = client.register_script(_TAKEOVER)
+        self._begin = client.register_script(BEGIN)
+        self._finish = client.register_script(FINISH)
+        self._submitted = client.register_script(MARK_SUBMITTED)
+        self._claim = client.register_script(CLAIM)
+        self._release = client.register_script(RELEASE)
+        self._renew = client.register_script(RENEW)
+        self._reclaim = client.register_script(RECLAIM)
+        self._takeover = client.register_script(TAKEOVER)
 
     @classmethod
     def from_url(cls, url: str, ttl: int) -> Ledger:
@@ -223,18 +189,19 @@ class Ledger:
         )
 
     def session_view(self, session_id: str, refs: Sequence[CallRef]) -> SessionView:
-        """The claim and the calls' statuses of one session, in one round trip."""
+        """The claim, dispatch and calls' statuses of one session, in one round trip."""
+        return self.session_views([(session_id, refs)])[0]
+
+    def session_views(self, sessions: Sequence[tuple[str, Sequence[CallRef]]]) -> list[SessionView]:
+        """:meth:`session_view` for many sessions, in one round trip for all of them."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.get(keys.claim(session_id))
-        pipe.hgetall(keys.dispatch(session_id))
-        for ref in refs:
-            pipe.hmget(ref.key, ["state", "result"])
-        owner, dispatch, *rows = self._call(pipe.execute)
-        calls = [
-            CallStatus(state, CallResult.model_validate_json(result) if result else None)
-            for state, result in rows
-        ]
-        return SessionView(owner, Dispatch.from_hash(dispatch), calls)
+        for session_id, refs in sessions:
+            pipe.get(keys.claim(session_id))
+            pipe.hgetall(keys.dispatch(session_id))
+            for ref in refs:
+                pipe.hmget(ref.key, ["state", "result"])
+        replies = iter(self._call(pipe.execute))
+        return [_view(replies, len(refs)) for _, refs in sessions]
 
     def dispatch(self, session_id: str) -> Dispatch | None:
         """A session's latest dispatch record, or None."""
@@ -249,14 +216,25 @@ class Ledger:
         pipe.expire(keys.dispatch(session_id), self.ttl)
         self._call(pipe.execute)
 
-    def mark_submitted(self, refs: Sequence[CallRef], submission_key: str) -> None:
-        """Record that the API accepted these calls' results under ``submission_key``."""
-        fields: dict[str, str | float] = {
-            "state": SUBMITTED,
-            "submitted_at": time.time(),
-            "submission_key": submission_key,
-        }
-        self._mark(refs, fields)
+    def claim_dispatch(self, session_id: str, dispatch: Dispatch) -> bool:
+        """Take a free session's claim for ``dispatch.token`` and record the dispatch."""
+        fields = [str(x) for pair in dispatch.to_hash().items() for x in pair]
+        claim_keys = [keys.claim(session_id), keys.dispatch(session_id)]
+        return bool(
+            self._run(
+                self._claim, claim_keys, [dispatch.token, dispatch.lease_ms, self.ttl, *fields]
+            )
+        )
+
+    def mark_submitted(
+        self, session_id: str, token: str, refs: Sequence[CallRef], submission_key: str
+    ) -> None:
+        """Record the API accepted these results under ``submission_key``; free the claim."""
+        self._run(
+            self._submitted,
+            [keys.claim(session_id), *(ref.key for ref in refs)],
+            [token, submission_key, time.time(), self.ttl],
+        )
 
     def mark_abandoned(self, refs: Sequence[CallRef], reason: str) -> None:
         """Record that the API refused these results for good, and why."""
@@ -306,6 +284,17 @@ class Ledger:
             return fn(*args, **kwargs)
         except redis.RedisError as exc:
             raise LedgerError(f"ledger unavailable: {type(exc).__name__}: {exc}") from exc
+
+
+def _view(replies: Iterator[Any], calls: int) -> SessionView:
+    owner, dispatch = next(replies), next(replies)
+    statuses = []
+    for _ in range(calls):
+        state, result = next(replies)
+        statuses.append(
+            CallStatus(state, CallResult.model_validate_json(result) if result else None)
+        )
+    return SessionView(owner, Dispatch.from_hash(dispatch), statuses)
 
 
 def _float(value: str | None) -> float | None:

@@ -117,8 +117,7 @@ def submit_results(
         _count_attempt("retry")
         raise
     _count_attempt(str(accepted.status_code))
-    ledger.mark_submitted(refs, key)
-    ledger.release(session_id, token)
+    ledger.mark_submitted(session_id, token, refs, key)
     log.info("%s key=%s submitted %d result(s)", ids, key, len(events))
     return Submitted.ACCEPTED
 

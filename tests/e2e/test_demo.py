@@ -1,19 +1,23 @@
 """``toolfan demo`` (what ``make demo`` runs) works and leaves no process behind."""
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.services import ROOT
 
 
-def demo_processes() -> list[str]:
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True)
-    return [
-        line
-        for line in ps.stdout.splitlines()
-        if "dispatcher.cli" in line
-        and ("demo-" in line or " emulator " in line or "poll --interval 0.5" in line)
-    ]
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes whose environment mentions ``text`` (the demo's work directory)."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if text.encode() in environ.read_bytes():
+                found.append(int(environ.parent.name))
+        except OSError:
+            continue
+    return found
 
 
 def test_demo_answers_every_session_and_cleans_up(redis_client):
@@ -29,9 +33,10 @@ def test_demo_answers_every_session_and_cleans_up(redis_client):
     assert "seeded 12 sessions with" in out.stdout
     assert lines[-1].startswith("demo: every session answered exactly once")
     table = dict(
-        line.split(None, 1)[::1]
+        line.split(None, 1)
         for line in lines
         if line.startswith("  ") and line.split()[0] in {"sessions", "batches"}
     )
     assert table == {"sessions": "12", "batches": "12"}
-    assert demo_processes() == []
+    workdir = re.search(r"log: (/\S+)/emulator\.log", out.stdout).group(1)
+    assert processes_mentioning(workdir) == []

@@ -60,7 +60,7 @@ def test_status_counts_calls_and_claims(api, redis_client):
     for i in range(3):
         ledger.begin(CallRef("s_run", "t", f"c{i}"), "add")
     ledger.finish(CallRef("s_run", "t", "c0"), CallResult.ok("1"))
-    ledger.mark_submitted([CallRef("s_done", "t", "c")], "k")
+    ledger.mark_submitted("s_done", "none", [CallRef("s_done", "t", "c")], "k")
     ledger.mark_abandoned([CallRef("s_bad", "t", "c")], "HTTP 409")
     ledger.claim("s_run", "tok", 60_000)
     ledger.record_dispatch("s_run", Dispatch("tok", 0.0, 60_000))  # long past its tools' time

@@ -83,3 +83,40 @@ def test_unreachable_redis_is_a_ledger_error():
     with pytest.raises(LedgerError, match="ledger unavailable"):
         dead.begin(ref(), "add")
     assert os.environ["TOOLFAN_REDIS_URL"].endswith("/15")
+
+
+def test_claim_dispatch_takes_a_free_claim_and_records_the_dispatch(ledger, redis_client):
+    from tasks.ledger import Dispatch
+
+    session = ref().session_id
+    first = Dispatch("tok-a", 100.0, 5000, expires_at=200.0, first_seen=90.0)
+    assert ledger.claim_dispatch(session, first)
+    assert ledger.claim_owner(session) == "tok-a"
+    assert ledger.dispatch(session) == first
+    assert 0 < redis_client.pttl(keys.claim(session)) <= 5000
+    assert 0 < redis_client.ttl(keys.dispatch(session)) <= 3600
+    assert not ledger.claim_dispatch(session, Dispatch("tok-b", 101.0, 5000))
+    assert ledger.dispatch(session) == first
+
+
+def test_mark_submitted_records_every_call_and_frees_only_its_own_claim(ledger, redis_client):
+    r1 = ref()
+    r2 = CallRef(r1.session_id, "turn_2", "call_x")
+    for r in (r1, r2):
+        ledger.begin(r, "add")
+        ledger.finish(r, CallResult.ok("1"))
+    ledger.claim(r1.session_id, "other", 5000)
+    ledger.mark_submitted(r1.session_id, "mine", [r1, r2], "key-1")
+    assert ledger.claim_owner(r1.session_id) == "other"
+    assert [ledger.record(r).state for r in (r1, r2)] == ["submitted", "submitted"]
+    assert ledger.record(r2).submission_key == "key-1"
+    ledger.release(r1.session_id, "other")
+    ledger.claim(r1.session_id, "mine", 5000)
+    ledger.mark_submitted(r1.session_id, "mine", [r1], "key-1")
+    assert ledger.claim_owner(r1.session_id) is None
+
+
+def test_finish_without_begin_still_gets_a_ttl(ledger, redis_client):
+    r = ref()
+    ledger.finish(r, CallResult.fail(Outcome.TIMEOUT, "late"))
+    assert 0 < redis_client.ttl(r.key) <= 3600

@@ -1,0 +1,75 @@
+"""The ledger's Lua scripts: each update of a call record or claim is one atomic script.
+
+Redis runs a script without interleaving other commands, so a redelivered task racing the
+original, or two pollers racing for a session, always see a consistent record.
+"""
+
+BEGIN = """
+local result = redis.call('HGET', KEYS[1], 'result')
+if result then
+  return {'done', result, tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0')}
+end
+local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+if attempts == 1 then
+  redis.call('HSET', KEYS[1], 'state', 'started', 'started_at', ARGV[1], 'name', ARGV[3],
+             'first_started_at', ARGV[1])
+else
+  redis.call('HSET', KEYS[1], 'state', 'started', 'started_at', ARGV[1])
+end
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return {'started', false, attempts}
+"""
+
+# A record created here (no 'state' before) gets its TTL; one from begin has it already.
+FINISH = """
+local result = redis.call('HGET', KEYS[1], 'result')
+if result then return result end
+if redis.call('HSET', KEYS[1], 'state', 'done', 'result', ARGV[1], 'finished_at', ARGV[2]) == 3 then
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+end
+return ARGV[1]
+"""
+
+# KEYS: the claim, then the call records; ARGV: owner token, submission key, time, TTL.
+MARK_SUBMITTED = """
+for i = 2, #KEYS do
+  if redis.call('HSET', KEYS[i], 'state', 'submitted', 'submitted_at', ARGV[3],
+                'submission_key', ARGV[2]) == 3 then
+    redis.call('EXPIRE', KEYS[i], ARGV[4])
+  end
+end
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 1
+"""
+
+# KEYS: the claim, the dispatch record; ARGV: token, lease ms, TTL, then field/value pairs.
+CLAIM = """
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], unpack(ARGV, 4))
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+return 1
+"""
+
+RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+RECLAIM = """
+local owner = redis.call('GET', KEYS[1])
+if owner and owner ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+TAKEOVER = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
+"""
+
+RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""

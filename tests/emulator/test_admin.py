@@ -177,3 +177,26 @@ def test_turn_ends_in_idle_over_http(emu: EmulatorServer, http: httpx.Client) ->
     http.post(f"/agents/sessions/{sid}/events", json={"events": [RESULT]})
 
     wait_until(lambda: http.get(f"/agents/sessions/{sid}").json()["status"] == "idle")
+
+
+def test_bulk_seeding_and_batches_offset(emu: EmulatorServer, admin: httpx.Client) -> None:
+    calls = [{"name": "add", "arguments": {"a": 1}, "turn_id": "t1", "call_id": "c1"}]
+    body = {"sessions": [{"function_calls": calls}, {"metadata": {"k": "v"}}, {}]}
+    created = admin.post("/sessions/bulk", json=body)
+    assert created.status_code == 201
+    ids = created.json()["data"]
+    assert len(ids) == 3
+    assert isinstance(created.json()["at"], float)
+    assert emu.state.session(ids[0])["status"] == "requires_action"
+    assert emu.state.session(ids[1])["metadata"] == {"k": "v"}
+    assert admin.post("/sessions/bulk", json={"sessions": "x"}).status_code == 400
+    for i in range(3):
+        emu.state.add_actions(ids[2], [function_call("add", {"a": i}, call_id=f"c{i}")])
+    for sid in (ids[0], ids[2]):
+        pending = emu.state.session(sid)["required_actions"]
+        events = [{**RESULT, "turn_id": a["turn_id"], "call_id": a["call_id"]} for a in pending]
+        emu.state.submit(sid, {"events": events}, None, {})
+    assert [b["session_id"] for b in admin.get("/batches").json()["data"]] == [ids[0], ids[2]]
+    assert [b["session_id"] for b in admin.get("/batches?offset=1").json()["data"]] == [ids[2]]
+    assert admin.get("/batches?offset=5").json()["data"] == []
+    assert admin.get("/batches?offset=-1").status_code == 400

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint typecheck format clean
+.PHONY: install demo bench test lint typecheck format clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,13 @@ install: $(VENV)/.installed
 # The whole path on this machine: Redis (reused or private), emulator, worker, poller.
 demo: install
 	$(BIN)/toolfan demo
+
+# The benchmark: toolfan vs raw Celery, a thread pool and a loop; figures in bench-results/.
+# It uses Redis databases 4 and 5 (flushed); add BENCH_ARGS=--private-redis for Redis
+# command counts free of other clients' traffic.
+BENCH_ARGS ?=
+bench: install
+	$(BIN)/toolfan bench $(BENCH_ARGS)
 
 lint: install
 	$(BIN)/ruff check .

@@ -210,6 +210,74 @@ def _add_emulator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.set_defaults(command=_cmd_emulator, passthrough=False)
 
 
+def _cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
+    """Run the benchmark: toolfan and its baselines on this machine, then the targets."""
+    from pathlib import Path
+
+    from dispatcher.bench.config import BenchConfig
+    from dispatcher.bench.run import run_bench
+
+    config = BenchConfig(
+        out=Path(args.out),
+        sessions=args.sessions,
+        calls=args.calls,
+        io_sessions=args.io_sessions,
+        io_concurrency=args.io_concurrency,
+        io_workers=args.io_workers,
+        loop_sessions=args.loop_sessions,
+        idle_sessions=args.idle_sessions,
+        half_load_seconds=args.half_load_seconds,
+        poll_interval=args.interval,
+        seed=args.seed,
+        redis_url=args.redis_url,
+        private_redis=args.private_redis,
+        broker_db=args.broker_db,
+        ledger_db=args.ledger_db,
+        quick=args.quick,
+    )
+    return run_bench(config)
+
+
+def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="measure throughput, latency and cost per call against raw Celery and loops",
+        description="Starts its own emulator, workers and poller on two Redis databases "
+        "(flushed at start and end), runs no-op and 50 ms I/O workloads through toolfan and "
+        "three baselines, polls idle sessions, and checks the performance targets. Writes "
+        "bench.json, bench.txt and bench.png to --out. Exits 0 even when a target fails.",
+    )
+    p.add_argument("--sessions", type=int, default=400, help="no-op sessions (400)")
+    p.add_argument("--calls", type=int, default=5, help="calls per session (5)")
+    p.add_argument("--io-sessions", type=int, default=200, help="50 ms I/O sessions (200)")
+    p.add_argument("--io-concurrency", type=int, default=64, help="threads of the I/O pool (64)")
+    p.add_argument(
+        "--io-workers", type=int, default=1, help="worker processes for the I/O workload (1)"
+    )
+    p.add_argument(
+        "--loop-sessions", type=int, default=60, help="I/O sessions for the sequential loop (60)"
+    )
+    p.add_argument("--idle-sessions", type=int, default=10_000, help="idle sessions (10,000)")
+    p.add_argument(
+        "--half-load-seconds", type=float, default=15.0, help="length of the half-load run (15)"
+    )
+    p.add_argument("--interval", type=float, default=0.5, help="poll interval, seconds (0.5)")
+    p.add_argument("--seed", type=int, default=1, help="seed of the half-load arrivals (1)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
+    p.add_argument("--out", default="bench-results", help="output directory (bench-results)")
+    p.add_argument(
+        "--redis-url", default=None, help="Redis server to use (default: TOOLFAN_REDIS_URL's)"
+    )
+    p.add_argument(
+        "--private-redis",
+        action="store_true",
+        help="start a private redis-server: Redis figures free of other clients' commands",
+    )
+    p.add_argument("--broker-db", type=int, default=4, help="broker database (4)")
+    p.add_argument("--ledger-db", type=int, default=5, help="results and ledger database (5)")
+    p.set_defaults(command=_cmd_bench, passthrough=False)
+
+
 _PARSERS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     _add_tools,
     _add_worker,
@@ -220,6 +288,7 @@ _PARSERS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], 
     _add_inspect,
     _add_status,
     _add_emulator,
+    _add_bench,
 )
 
 

@@ -8,6 +8,7 @@ never inject faults: they are the operator's controls, not part of the emulated 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -47,6 +48,7 @@ class Admin:
             Route("/settings", self._wrap(self.get_settings), methods=get),
             Route("/settings", self._wrap(self.put_settings), methods=put),
             Route("/sessions", self._wrap(self.create_session), methods=post),
+            Route("/sessions/bulk", self._wrap(self.create_sessions), methods=post),
             Route("/sessions", self._wrap(self.list_ids), methods=get),
             Route("/sessions/{session_id}", self._wrap(self.get_session), methods=get),
             Route("/sessions/{session_id}/actions", self._wrap(self.add_actions), methods=post),
@@ -100,12 +102,23 @@ class Admin:
     async def create_session(self, request: Request) -> Response:
         """Create a session: ``EmulatorState.create_session`` options plus ``function_calls``."""
         body = await _body(request)
-        options = {
-            k: body[k]
-            for k in ("session_id", "agent_id", "metadata", "tools", "status", "error")
-            if k in body
-        }
-        return JSONResponse(self.state.create_session(_actions(body), **options), status_code=201)
+        return JSONResponse(
+            self.state.create_session(_actions(body), **_options(body)), status_code=201
+        )
+
+    async def create_sessions(self, request: Request) -> Response:
+        """Create many sessions in one request: ``{"sessions": [<create_session body>...]}``.
+
+        Benchmarks seed thousands of sessions; one request per session would make seeding,
+        not the system under test, the slow part. The sessions are created on the event
+        loop without yielding, so no API request sees only some of them; ``at`` is the
+        server time once all exist (the moment they became pending).
+        """
+        specs = (await _body(request)).get("sessions", [])
+        if not isinstance(specs, list):
+            raise ValueError("'sessions' must be a list of session bodies")
+        ids = [self.state.create_session(_actions(spec), **_options(spec))["id"] for spec in specs]
+        return JSONResponse({"data": ids, "at": time.time()}, status_code=201)
 
     async def list_ids(self, request: Request) -> Response:
         """Every session id, oldest first."""
@@ -122,15 +135,29 @@ class Admin:
         return JSONResponse(session)
 
     async def batches(self, request: Request) -> Response:
-        """Accepted batches with their headers, optionally of one ``session_id``."""
+        """Accepted batches with their headers, optionally of one ``session_id``.
+
+        ``offset=N`` skips the first N (in acceptance order), so a watcher polling for new
+        batches reads each one once instead of the whole growing list every time.
+        """
         session_id = request.query_params.get("session_id")
-        return JSONResponse({"data": [b.to_json() for b in self.state.batches(session_id)]})
+        offset = int(request.query_params.get("offset", "0"))
+        if offset < 0:
+            raise ValueError("offset must be >= 0")
+        chosen = self.state.batches(session_id)[offset:]
+        return JSONResponse({"data": [b.to_json() for b in chosen]})
 
     async def requests(self, request: Request) -> Response:
         """The ``/v1`` request log, optionally filtered by ``path`` substring and ``method``."""
         params = request.query_params
         records = self.state.requests(params.get("path", ""), params.get("method"))
         return JSONResponse({"data": [r.to_json() for r in records]})
+
+
+def _options(body: JSON) -> dict[str, Any]:
+    """The ``EmulatorState.create_session`` keyword options present in a session body."""
+    names = ("session_id", "agent_id", "metadata", "tools", "status", "error")
+    return {k: body[k] for k in names if k in body}
 
 
 async def _body(request: Request) -> Any:

@@ -1,0 +1,110 @@
+"""The bench's options: one frozen value object, with the full and the ``--quick`` sizes."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+NOOP_TOOL = "bench_noop"
+IO_TOOL = "bench_io"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """S sessions x K calls of one tool, on one kind of worker pool.
+
+    ``loop_sessions`` caps the sequential-loop baseline: its rate is constant, so running
+    it on a subset gives the same calls/s without minutes of sleeping. ``workers`` is how
+    many worker processes (each with ``concurrency``) serve it; the thread-pool baseline
+    gets as many threads in total.
+    """
+
+    name: str
+    tool: str
+    arguments: dict[str, int]
+    pool: str
+    concurrency: int
+    sessions: int
+    calls: int
+    loop_sessions: int
+    workers: int = 1
+
+    @property
+    def total_calls(self) -> int:
+        """Calls in the workload."""
+        return self.sessions * self.calls
+
+    @property
+    def queue(self) -> str:
+        """The tool's queue (``fn.<name>``)."""
+        return f"fn.{self.tool}"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """Everything one ``toolfan bench`` run needs to know."""
+
+    out: Path = Path("bench-results")
+    sessions: int = 400
+    calls: int = 5
+    io_sessions: int = 200
+    io_ms: int = 50
+    noop_concurrency: int = 2
+    io_concurrency: int = 64
+    io_workers: int = 1
+    loop_sessions: int = 60
+    idle_sessions: int = 10_000
+    half_load_seconds: float = 15.0
+    poll_interval: float = 0.5
+    seed: int = 1
+    redis_url: str | None = None
+    private_redis: bool = False
+    broker_db: int = 4
+    ledger_db: int = 5
+    timeout: float = 300.0
+    quick: bool = False
+
+    def quick_sized(self) -> BenchConfig:
+        """The smoke-test size: every phase runs, on tiny numbers."""
+        return replace(
+            self,
+            sessions=20,
+            calls=3,
+            io_sessions=20,
+            io_concurrency=16,
+            loop_sessions=10,
+            idle_sessions=500,
+            half_load_seconds=3.0,
+            timeout=60.0,
+            quick=True,
+        )
+
+    def workloads(self) -> list[Workload]:
+        """The no-op workload (prefork) and the I/O workload (threads)."""
+        noop = Workload(
+            name="noop",
+            tool=NOOP_TOOL,
+            arguments={},
+            pool="prefork",
+            concurrency=self.noop_concurrency,
+            sessions=self.sessions,
+            calls=self.calls,
+            loop_sessions=self.sessions,
+        )
+        io = Workload(
+            name="io",
+            tool=IO_TOOL,
+            arguments={"ms": self.io_ms},
+            pool="threads",
+            concurrency=self.io_concurrency,
+            sessions=self.io_sessions,
+            calls=self.calls,
+            loop_sessions=min(self.loop_sessions, self.io_sessions),
+            workers=self.io_workers,
+        )
+        return [noop, io]
+
+    def idle_pages(self) -> int:
+        """List requests one pass over the idle sessions should make (100 per page)."""
+        return math.ceil(self.idle_sessions / 100)

@@ -1,0 +1,108 @@
+"""The emulator's admin routes, as the bench uses them: seed, wait for batches, count requests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from dispatcher.bench.config import Workload
+
+JSON = dict[str, Any]
+LIST_PATH = "/v1/agents/sessions"
+#: Sessions per bulk request: large enough to be quick, small enough to stay one read.
+SEED_CHUNK = 2_000
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """Sessions created by one bulk request, and the server time they became pending."""
+
+    ids: list[str]
+    at: float
+
+
+def session_body(workload: Workload) -> JSON:
+    """One session waiting for the workload's K calls (explicit ids keep the JSON small)."""
+    calls = [
+        {
+            "name": workload.tool,
+            "arguments": workload.arguments,
+            "turn_id": "t1",
+            "call_id": f"c{i}",
+        }
+        for i in range(workload.calls)
+    ]
+    return {"function_calls": calls}
+
+
+class Emulator:
+    """An admin client of the bench's emulator.
+
+    Args:
+        origin: ``http://host:port`` of the emulator.
+    """
+
+    def __init__(self, origin: str) -> None:
+        self.http = httpx.Client(base_url=f"{origin}/_emulator", timeout=60)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self.http.close()
+
+    def reset(self) -> None:
+        """Forget sessions, batches and the request log: every phase starts empty."""
+        self.http.post("/reset").raise_for_status()
+
+    def seed(self, bodies: Sequence[JSON]) -> list[Seeded]:
+        """Create sessions in bulk requests of :data:`SEED_CHUNK`."""
+        seeded = []
+        for start in range(0, len(bodies), SEED_CHUNK):
+            chunk = list(bodies[start : start + SEED_CHUNK])
+            answer = self.http.post("/sessions/bulk", json={"sessions": chunk})
+            data = answer.raise_for_status().json()
+            seeded.append(Seeded(data["data"], float(data["at"])))
+        return seeded
+
+    def batches(self, offset: int = 0) -> list[JSON]:
+        """Accepted batches from ``offset`` on, in acceptance order."""
+        answer = self.http.get("/batches", params={"offset": offset})
+        data: list[JSON] = answer.raise_for_status().json()["data"]
+        return data
+
+    def wait_batches(self, expected: int, timeout: float, every: float = 0.25) -> list[JSON]:
+        """Every batch, once ``expected`` sessions have one (reading only new batches).
+
+        Raises:
+            TimeoutError: with how many arrived, when ``timeout`` passes first.
+        """
+        deadline = time.monotonic() + timeout
+        batches: list[JSON] = []
+        while True:
+            batches += self.batches(len(batches))
+            if len({b["session_id"] for b in batches}) >= expected:
+                return batches
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{len(batches)} batches after {timeout:.0f} s; expected {expected} sessions"
+                )
+            time.sleep(every)
+
+    def list_requests(self, since: float = 0.0) -> int:
+        """``GET /v1/agents/sessions`` requests received at or after ``since``."""
+        params = {"path": LIST_PATH, "method": "GET"}
+        data = self.http.get("/requests", params=params).raise_for_status().json()["data"]
+        return sum(1 for r in data if r["path"] == LIST_PATH and r["at"] >= since)
+
+
+def latencies(batches: Sequence[JSON], pending_at: dict[str, float]) -> list[float]:
+    """Seconds from each session becoming pending to its batch being accepted."""
+    return [b["received_at"] - pending_at[b["session_id"]] for b in batches]
+
+
+def pending_times(seeded: Sequence[Seeded]) -> dict[str, float]:
+    """Session id -> the server time it became pending."""
+    return {sid: s.at for s in seeded for sid in s.ids}

@@ -1,0 +1,139 @@
+"""What a run costs: CPU of process trees, Redis commands, and latency percentiles.
+
+Every figure is a delta taken around one phase only, so start-up costs (imports, worker
+boot, connection set-up) never land in a per-call number.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+import redis
+
+#: Commands the bench itself sends to read the counters; never part of a measurement.
+_OWN_COMMANDS = frozenset({"info", "client|list"})
+
+
+def tree_cpu(pids: Iterable[int]) -> float:
+    """User + system CPU seconds of these processes, their live descendants and reaped ones.
+
+    A prefork worker's pool processes do the work, so the main process alone says little.
+    """
+    total = 0.0
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+        for proc in procs:
+            total += _own_cpu(proc)
+        total += _reaped_cpu(root)
+    return total
+
+
+def _own_cpu(proc: psutil.Process) -> float:
+    try:
+        times = proc.cpu_times()
+    except psutil.NoSuchProcess:
+        return 0.0
+    return float(times.user + times.system)
+
+
+def _reaped_cpu(proc: psutil.Process) -> float:
+    try:
+        times = proc.cpu_times()
+    except psutil.NoSuchProcess:
+        return 0.0
+    return float(times.children_user + times.children_system)
+
+
+def command_counts(client: redis.Redis) -> dict[str, int]:
+    """Calls per command since the server started (``INFO commandstats``), ours excluded."""
+    stats: Mapping[str, Any] = client.info("commandstats")
+    counts: dict[str, int] = {}
+    for key, value in stats.items():
+        name = key.removeprefix("cmdstat_")
+        if name not in _OWN_COMMANDS:
+            counts[name] = int(value["calls"])
+    return counts
+
+
+def command_delta(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:
+    """Commands sent between two snapshots, by name (non-zero only)."""
+    names = set(before) | set(after)
+    delta = {n: after.get(n, 0) - before.get(n, 0) for n in names}
+    return {n: d for n, d in sorted(delta.items(), key=lambda kv: -kv[1]) if d}
+
+
+def percentiles(values: Sequence[float]) -> dict[str, float]:
+    """p50, p95 and p99 (inclusive method: no value beyond the largest observed)."""
+    if not values:
+        return {"p50": math.nan, "p95": math.nan, "p99": math.nan}
+    if len(values) == 1:
+        return {"p50": values[0], "p95": values[0], "p99": values[0]}
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return {"p50": cuts[49], "p95": cuts[94], "p99": cuts[98]}
+
+
+@dataclass
+class Window:
+    """CPU and Redis counters at the start of a phase; :meth:`close` gives the deltas.
+
+    Args:
+        client: A Redis client of the server under test (any database).
+        pids: The processes whose CPU counts (worker, poller).
+    """
+
+    client: redis.Redis
+    pids: list[int]
+    started: float = field(default_factory=time.time)
+    cpu_before: float = 0.0
+    commands_before: dict[str, int] = field(default_factory=dict)
+    process_before: float = field(default_factory=time.process_time)
+
+    def __post_init__(self) -> None:
+        self.cpu_before = tree_cpu(self.pids)
+        self.commands_before = command_counts(self.client)
+
+    def close(self) -> Closed:
+        """The deltas since the window opened."""
+        commands = command_delta(self.commands_before, command_counts(self.client))
+        return Closed(
+            cpu=tree_cpu(self.pids) - self.cpu_before,
+            bench_cpu=time.process_time() - self.process_before,
+            commands=commands,
+            elapsed=time.time() - self.started,
+        )
+
+
+@dataclass(frozen=True)
+class Closed:
+    """One phase's CPU seconds (stack and bench process), Redis commands and wall time."""
+
+    cpu: float
+    bench_cpu: float
+    commands: dict[str, int]
+    elapsed: float
+
+    @property
+    def total_commands(self) -> int:
+        """Every command the server ran in the window (other than the bench's own reads)."""
+        return sum(self.commands.values())
+
+
+def foreign_clients(client: redis.Redis, own_dbs: Iterable[int], within: float) -> int:
+    """Clients on other databases active in the last ``within`` seconds.
+
+    ``INFO commandstats`` counts the whole server: when the test suite or another run is
+    busy on the same Redis, its commands land in our delta, and the report says so.
+    """
+    dbs = set(own_dbs)
+    listed: list[dict[str, Any]] = client.client_list()
+    return sum(1 for c in listed if int(c["db"]) not in dbs and int(c["idle"]) <= within)

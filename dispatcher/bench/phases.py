@@ -1,0 +1,105 @@
+"""The two phases that are not S x K workloads: idle polling, and half of peak load."""
+
+from __future__ import annotations
+
+import bisect
+import random
+import statistics
+import time
+from typing import Any
+
+from dispatcher.bench.config import Workload
+from dispatcher.bench.emu import Emulator, Seeded, latencies, pending_times, session_body
+from dispatcher.bench.measure import Window, percentiles
+from dispatcher.bench.stack import API_KEY, BenchStack
+from dispatcher.client import AgentsClient
+
+IDLE_PASSES = 3
+
+
+def run_idle(stack: BenchStack, emu: Emulator, count: int) -> dict[str, Any]:
+    """``count`` sessions with nothing pending, polled by an in-process ``Poller``.
+
+    In-process, so ``time.process_time`` measures exactly the pass (listing, parsing,
+    deciding) with no interpreter start-up. The first of :data:`IDLE_PASSES` passes pays
+    for warm-up (connections, first validations); the median is the figure.
+    """
+    from dispatcher.poll import Poller
+    from tasks.execute import get_ledger
+    from tasks.settings import get_settings
+
+    emu.reset()
+    emu.seed([{}] * count)
+    cpu, wall, lists, seen = [], [], [], []
+    window = Window(stack.redis(), [])
+    with AgentsClient(api_key=API_KEY, base_url=f"{stack.origin}/v1") as client:
+        poller = Poller(client, get_ledger(), get_settings())
+        for _ in range(IDLE_PASSES):
+            since, started, cpu0 = time.time(), time.perf_counter(), time.process_time()
+            summary = poller.poll_once()
+            cpu.append(time.process_time() - cpu0)
+            wall.append(time.perf_counter() - started)
+            lists.append(emu.list_requests(since))
+            seen.append(summary.sessions_seen)
+    return {
+        "sessions": count,
+        "passes": IDLE_PASSES,
+        "sessions_seen": seen,
+        "list_requests": lists,
+        "cpu_seconds": cpu,
+        "cpu_seconds_median": statistics.median(cpu),
+        "wall_seconds": wall,
+        "redis_commands": window.close().total_commands,
+    }
+
+
+def arrivals(rate: float, duration: float, seed: int) -> list[float]:
+    """Poisson arrival offsets (seconds) at ``rate`` per second over ``duration``."""
+    rng = random.Random(seed)  # noqa: S311 - a load shape, not cryptography
+    offsets, t = [], rng.expovariate(rate)
+    while t < duration:
+        offsets.append(t)
+        t += rng.expovariate(rate)
+    return offsets
+
+
+def run_half_load(
+    stack: BenchStack, emu: Emulator, workload: Workload, peak_calls_per_s: float
+) -> dict[str, Any]:
+    """Open loop: sessions arrive at half the peak rate whatever the answers do.
+
+    Sessions arrive as a Poisson process (seeded by ``--seed``), one seed request per tick
+    with every session then due, so time-to-answer includes the wait for the next poll.
+    """
+    config = stack.config
+    rate = max(peak_calls_per_s / 2 / workload.calls, 0.5)
+    offsets = arrivals(rate, config.half_load_seconds, config.seed) or [0.0]
+    emu.reset()
+    seeded = _seed_on_schedule(emu, workload, offsets)
+    batches = emu.wait_batches(len(offsets), config.timeout)
+    target = config.poll_interval + 0.25
+    latency = percentiles(latencies(batches, pending_times(seeded)))
+    return {
+        "peak_calls_per_s": peak_calls_per_s,
+        "rate_calls_per_s": rate * workload.calls,
+        "rate_sessions_per_s": rate,
+        "seconds": config.half_load_seconds,
+        "sessions": len(offsets),
+        "batches": len(batches),
+        "latency": latency,
+        "target_p95": target,
+    }
+
+
+def _seed_on_schedule(emu: Emulator, workload: Workload, offsets: list[float]) -> list[Seeded]:
+    """Seed each session at its offset; those already due go in one request."""
+    body, seeded, start, i = session_body(workload), [], time.monotonic(), 0
+    while i < len(offsets):
+        delay = start + offsets[i] - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        now = time.monotonic() - start
+        due = max(bisect.bisect_right(offsets, now) - i, 1)
+        seeded += emu.seed([body] * due)
+        i += due
+    return seeded

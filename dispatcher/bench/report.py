@@ -1,0 +1,216 @@
+"""The run's results: the table, the target lines, and the JSON document."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dispatcher.bench.figures import LOOP, RAW, SYSTEMS, THREADS, TOOLFAN, Measurement, ratio
+
+Results = dict[str, dict[str, Measurement]]
+
+
+@dataclass(frozen=True)
+class Target:
+    """One of the issue's targets, evaluated: what was measured against what was wanted.
+
+    ``sign`` is ``>=``, ``<=``, ``<`` or ``==`` (measured against ``limit``).
+    """
+
+    name: str
+    measured: float | None
+    sign: str
+    limit: float
+    detail: str
+
+    @property
+    def passed(self) -> bool:
+        """Whether the measurement meets the target (a missing one does not)."""
+        if self.measured is None or math.isnan(self.measured):
+            return False
+        if self.sign == ">=":
+            return self.measured >= self.limit
+        if self.sign == "<=":
+            return self.measured <= self.limit
+        if self.sign == "<":
+            return self.measured < self.limit
+        return self.measured == self.limit
+
+    def line(self) -> str:
+        """``PASS``/``FAIL``, the target, and the measured value."""
+        verdict = "PASS" if self.passed else "FAIL"
+        value = "n/a" if self.measured is None else f"{self.measured:.3g}"
+        return f"{verdict}  {self.name}: {value} (target {self.sign} {self.limit:g}; {self.detail})"
+
+    def to_json(self) -> dict[str, Any]:
+        """The target as data."""
+        return {
+            "name": self.name,
+            "measured": self.measured,
+            "sign": self.sign,
+            "limit": self.limit,
+            "passed": self.passed,
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class Report:
+    """Everything one run measured."""
+
+    results: Results = field(default_factory=dict)
+    idle: dict[str, Any] = field(default_factory=dict)
+    half_load: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, workload: str, system: str) -> Measurement | None:
+        """One measurement, if it was taken."""
+        return self.results.get(workload, {}).get(system)
+
+    def ratios(self, workload: str) -> dict[str, float | None]:
+        """Ratios of toolfan to each baseline: throughput, Redis commands and CPU per call."""
+        ours = self.get(workload, TOOLFAN)
+        out: dict[str, float | None] = {}
+        for system in (RAW, THREADS, LOOP):
+            other = self.get(workload, system)
+            if ours is None or other is None:
+                continue
+            out[f"throughput_vs_{system}"] = ratio(ours.calls_per_s, other.calls_per_s)
+            out[f"cpu_vs_{system}"] = ratio(ours.cpu_seconds_per_call, other.cpu_seconds_per_call)
+            out[f"redis_vs_{system}"] = ratio(
+                ours.redis_commands_per_call, other.redis_commands_per_call
+            )
+        return out
+
+    def targets(self) -> list[Target]:
+        """The issue's targets, each with its measured ratio or value."""
+        return [*self._throughput_targets(), *self._redis_targets(), *self._other_targets()]
+
+    def _throughput_targets(self) -> Iterator[Target]:
+        noop, io = self.ratios("noop"), self.ratios("io")
+        yield Target(
+            "no-op throughput / raw Celery", noop.get(f"throughput_vs_{RAW}"), ">=", 0.6, "calls/s"
+        )
+        yield Target(
+            "50 ms I/O throughput / sequential loop",
+            io.get(f"throughput_vs_{LOOP}"),
+            ">=",
+            20,
+            "calls/s, threads pool",
+        )
+        yield Target(
+            "50 ms I/O throughput / raw Celery",
+            io.get(f"throughput_vs_{RAW}"),
+            ">=",
+            0.6,
+            "calls/s, same threads pool",
+        )
+
+    def _redis_targets(self) -> Iterator[Target]:
+        for workload in self.results:
+            yield Target(
+                f"Redis commands per call / raw Celery per task ({workload})",
+                self.ratios(workload).get(f"redis_vs_{RAW}"),
+                "<=",
+                1.5,
+                "INFO commandstats deltas",
+            )
+
+    def _other_targets(self) -> Iterator[Target]:
+        idle = self.idle
+        if idle:
+            wanted = math.ceil(idle["sessions"] / 100)
+            yield Target(
+                f"list requests per pass over {idle['sessions']:,} idle sessions",
+                float(max(idle["list_requests"])),
+                "==",
+                wanted,
+                f"100 sessions a page; passes: {idle['list_requests']}",
+            )
+            yield Target(
+                f"poller CPU per pass over {idle['sessions']:,} idle sessions",
+                idle["cpu_seconds_median"],
+                "<",
+                2.0,
+                "seconds, median of the passes",
+            )
+        half = self.half_load
+        if half:
+            yield Target(
+                "p95 time to answer at half of peak load",
+                half["latency"]["p95"],
+                "<=",
+                half["target_p95"],
+                f"seconds = poll interval + 0.25 s; {half['rate_calls_per_s']:.0f} calls/s",
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        """The whole report as a JSON-ready dict."""
+        return {
+            "info": self.info,
+            "workloads": {
+                w: {s: m.to_json() for s, m in by_system.items()}
+                for w, by_system in self.results.items()
+            },
+            "ratios": {w: self.ratios(w) for w in self.results},
+            "idle": self.idle,
+            "half_load": self.half_load,
+            "targets": [t.to_json() for t in self.targets()],
+        }
+
+    def write(self, path: Path) -> None:
+        """Write the JSON (NaN becomes null, so any JSON reader takes it)."""
+        path.write_text(json.dumps(_no_nan(self.to_json()), indent=2) + "\n")
+
+
+def _no_nan(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_no_nan(v) for v in value]
+    return value
+
+
+def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    return f"{value * scale:,.{digits}f}"
+
+
+HEADER = (
+    f"{'workload':<8} {'system':<16} {'calls':>6} {'calls/s':>9} {'sess/s':>8} "
+    f"{'p50 s':>7} {'p95 s':>7} {'p99 s':>7} {'req/poll':>8} {'redis/call':>10} "
+    f"{'cpu ms/call':>11}"
+)
+
+
+def row(m: Measurement) -> str:
+    """One table row."""
+    return (
+        f"{m.workload:<8} {SYSTEMS[m.system]:<16} {m.calls:>6} {_fmt(m.calls_per_s):>9} "
+        f"{_fmt(m.sessions_per_s):>8} {_fmt(m.latency['p50'], digits=2):>7} "
+        f"{_fmt(m.latency['p95'], digits=2):>7} {_fmt(m.latency['p99'], digits=2):>7} "
+        f"{_fmt(m.api_requests_per_poll, digits=2):>8} "
+        f"{_fmt(m.redis_commands_per_call, digits=1):>10} "
+        f"{_fmt(m.cpu_seconds_per_call, 1000, 2):>11}"
+    )
+
+
+def lines(report: Report) -> list[str]:
+    """The printed report: table, ratios, idle and half-load figures, targets."""
+    out = [HEADER, "-" * len(HEADER)]
+    for by_system in report.results.values():
+        out += [row(by_system[s]) for s in SYSTEMS if s in by_system]
+    out.append("")
+    for workload in report.results:
+        parts = [f"{k} {_fmt(v, digits=2)}" for k, v in report.ratios(workload).items()]
+        out.append(f"toolfan / baseline ({workload}): " + ", ".join(parts))
+    out.append("")
+    out += [t.line() for t in report.targets()]
+    return out

@@ -1,0 +1,142 @@
+"""``toolfan bench``: the whole run, phase by phase, then the table, JSON and PNG."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from dispatcher.bench.config import BenchConfig, Workload
+from dispatcher.bench.emu import Emulator
+from dispatcher.bench.engine import run_raw, run_toolfan
+from dispatcher.bench.figures import LOOP, RAW, THREADS, TOOLFAN
+from dispatcher.bench.inprocess import run_inprocess
+from dispatcher.bench.measure import foreign_clients
+from dispatcher.bench.phases import run_half_load, run_idle
+from dispatcher.bench.plot import draw
+from dispatcher.bench.report import Report, lines
+from dispatcher.bench.stack import BenchStack
+
+#: Sessions of the warm-up passes, whose figures are thrown away.
+WARM_UP = 4
+
+
+def say(text: str) -> None:
+    """Progress on stderr; the report itself goes to stdout."""
+    print(f"bench: {text}", file=sys.stderr, flush=True)
+
+
+def use_stack_env(env: dict[str, str]) -> None:
+    """Make this process a client of the bench stack (its Celery app, ledger, API URL).
+
+    Raises:
+        RuntimeError: toolfan's Celery app is already configured in this process, so it
+            would publish to another broker than the bench's workers consume.
+    """
+    if "tasks.app" in sys.modules:
+        raise RuntimeError("toolfan bench must run in its own process (tasks.app is loaded)")
+    for key in [k for k in os.environ if k.startswith(("TOOLFAN_", "OPENAI_"))]:
+        del os.environ[key]
+    os.environ.update({k: v for k, v in env.items() if k.startswith(("TOOLFAN_", "OPENAI_"))})
+
+
+def run_workload(stack: BenchStack, emu: Emulator, workload: Workload, report: Report) -> None:
+    """Measure toolfan and raw Celery on one worker, then the in-process baselines."""
+    timeout = stack.config.timeout
+    measured = report.results.setdefault(workload.name, {})
+    with stack.workers(workload) as workers:
+        say(f"{workload.name}: raw Celery, {workload.sessions} chords of {workload.calls}")
+        run_raw(stack, workload, workers, WARM_UP)
+        measured[RAW] = run_raw(stack, workload, workers)
+        with stack.poller() as poller:
+            say(f"{workload.name}: toolfan, {workload.sessions} sessions x {workload.calls}")
+            run_toolfan(stack, emu, workload, (workers, poller), WARM_UP)
+            measured[TOOLFAN] = run_toolfan(stack, emu, workload, (workers, poller))
+            if workload.name == "noop":
+                peak = measured[TOOLFAN].calls_per_s
+                seconds = stack.config.half_load_seconds
+                say(f"half of peak load: {peak / 2:.0f} calls/s for {seconds:g} s")
+                report.half_load = run_half_load(stack, emu, workload, peak)
+    for system in (THREADS, LOOP):
+        say(f"{workload.name}: in-process {system}")
+        measured[system] = run_inprocess(system, emu, stack.origin, workload, timeout)
+
+
+def describe(config: BenchConfig) -> dict[str, Any]:
+    """What the figures were measured on and with."""
+    return {
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+        "load_average_at_start": os.getloadavg(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "poll_interval": config.poll_interval,
+        "quick": config.quick,
+        "seed": config.seed,
+        "private_redis": config.private_redis,
+        "databases": {"broker": config.broker_db, "ledger": config.ledger_db},
+        "workloads": {
+            w.name: {
+                "tool": w.tool,
+                "sessions": w.sessions,
+                "calls": w.calls,
+                "pool": w.pool,
+                "concurrency": w.concurrency,
+                "workers": w.workers,
+                "loop_sessions": w.loop_sessions,
+            }
+            for w in config.workloads()
+        },
+    }
+
+
+def note_foreign_clients(stack: BenchStack, report: Report) -> None:
+    """Remember the most clients seen busy on other databases of our Redis (last minute)."""
+    dbs = (stack.config.broker_db, stack.config.ledger_db)
+    seen = foreign_clients(stack.redis(), dbs, 60)
+    report.info["foreign_redis_clients"] = max(seen, report.info.get("foreign_redis_clients", 0))
+
+
+def measure(config: BenchConfig, report: Report) -> None:
+    """Every phase, on one stack."""
+    workdir = config.out / "logs"
+    workdir.mkdir(parents=True, exist_ok=True)
+    with BenchStack(config, workdir) as stack:
+        use_stack_env(stack.env)
+        emu = Emulator(stack.origin)
+        try:
+            for workload in config.workloads():
+                run_workload(stack, emu, workload, report)
+                note_foreign_clients(stack, report)
+            say(f"polling {config.idle_sessions:,} idle sessions")
+            report.idle = run_idle(stack, emu, config.idle_sessions)
+            note_foreign_clients(stack, report)
+        finally:
+            emu.close()
+
+
+def run_bench(config: BenchConfig) -> int:
+    """Run the bench and write ``bench.json``, ``bench.txt`` and ``bench.png`` to ``out``.
+
+    Returns 0 even when a target is missed: the bench measures, it does not judge a build.
+    """
+    config = config.quick_sized() if config.quick else config
+    config.out.mkdir(parents=True, exist_ok=True)
+    report = Report(info=describe(config))
+    measure(config, report)
+    report.info["load_average_at_end"] = os.getloadavg()
+    text = lines(report)
+    if report.info.get("foreign_redis_clients"):
+        text.append(
+            f"note: {report.info['foreign_redis_clients']} other Redis clients were active on "
+            "other databases; INFO commandstats counts the whole server, so the Redis figures "
+            "include their commands (use --private-redis for clean ones)"
+        )
+    (config.out / "bench.txt").write_text("\n".join(text) + "\n")
+    report.write(config.out / "bench.json")
+    draw(report, config.out / "bench.png")
+    print("\n".join(text), flush=True)
+    say(f"wrote {config.out / 'bench.json'}, bench.txt and bench.png")
+    return 0

@@ -1,0 +1,166 @@
+"""The bench's own processes: a Redis (two databases of it), the emulator, workers, poller.
+
+It never touches databases other than its two (flushed at start and end), and every
+service is a subprocess in its own process group, so the measuring process shares no GIL
+with what it measures and nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import redis
+
+from dispatcher.bench.config import BenchConfig, Workload
+from dispatcher.devstack import Service, free_port, private_redis, redis_base_url, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+API_KEY = "bench"
+HANDLERS = "dispatcher.bench.tools"
+SUBMIT_QUEUE = "toolfan.submit"
+
+
+@contextmanager
+def redis_server(config: BenchConfig) -> Iterator[str]:
+    """The base URL (no database) of the Redis to use: shared, or a private one."""
+    if config.private_redis:
+        with private_redis() as base:
+            yield base
+        return
+    url = config.redis_url or os.environ.get("TOOLFAN_REDIS_URL", "redis://localhost:6379/0")
+    with redis_base_url(url) as base:
+        yield base
+
+
+def service_env(base: str, config: BenchConfig, api_url: str) -> dict[str, str]:
+    """The environment of every bench process: only the bench's toolfan settings."""
+    ours = ("TOOLFAN_", "OPENAI_", "PYTEST_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ours)}
+    path = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env.update(
+        PYTHONPATH=path,
+        TOOLFAN_REDIS_URL=f"{base}/{config.ledger_db}",
+        TOOLFAN_BROKER_URL=f"{base}/{config.broker_db}",
+        TOOLFAN_HANDLERS=HANDLERS,
+        TOOLFAN_LOG_FORMAT="text",
+        TOOLFAN_API_TIMEOUT="10",
+        OPENAI_BASE_URL=api_url,
+        OPENAI_API_KEY=API_KEY,
+    )
+    return env
+
+
+class BenchStack:
+    """Redis databases, the emulator, and the worker and poller of the current phase."""
+
+    def __init__(self, config: BenchConfig, workdir: Path) -> None:
+        self.config = config
+        self.workdir = workdir
+        self.base = ""
+        self.env: dict[str, str] = {}
+        self.port = 0
+        self.emulator_pid = 0
+        self._stack = ExitStack()
+
+    def __enter__(self) -> BenchStack:
+        try:
+            self._start()
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def _start(self) -> None:
+        self.base = self._stack.enter_context(redis_server(self.config))
+        self.flush()
+        self._stack.callback(self.flush)
+        self.port = free_port()
+        self.env = service_env(self.base, self.config, f"{self.origin}/v1")
+        argv = ["emulator", "--port", str(self.port), "--log-level", "warning"]
+        emulator = Service(argv, self.workdir / "emulator.log", self.env)
+        self._stack.callback(emulator.stop)
+        emulator.wait_for_output("listening", 60)
+        self.emulator_pid = emulator.proc.pid
+
+    @property
+    def origin(self) -> str:
+        """``http://127.0.0.1:<port>`` of the emulator."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def redis(self) -> redis.Redis:
+        """A client of the ledger database (for counters and the raw chords' records)."""
+        return redis.Redis.from_url(f"{self.base}/{self.config.ledger_db}")
+
+    def flush(self) -> None:
+        """Empty the bench's two databases, and only those."""
+        for db in (self.config.broker_db, self.config.ledger_db):
+            client = redis.Redis.from_url(f"{self.base}/{db}")
+            try:
+                client.flushdb()
+            finally:
+                client.close()
+
+    @contextmanager
+    def workers(self, workload: Workload) -> Iterator[list[Service]]:
+        """The workload's workers: its pool and concurrency, on its tool and submit queues."""
+        services: list[Service] = []
+        try:
+            for i in range(workload.workers):
+                services.append(self._worker(workload, i))
+            yield services
+        finally:
+            for service in services:
+                service.stop()
+
+    def _worker(self, workload: Workload, index: int) -> Service:
+        name = f"bench-{workload.name}{index}-{uuid.uuid4().hex[:6]}"
+        argv = ["worker", "-c", str(workload.concurrency), "-P", workload.pool]
+        argv += ["-n", f"{name}@%h", "-Q", f"{workload.queue},{SUBMIT_QUEUE}"]
+        argv += ["--without-mingle", "--without-gossip", "-l", "WARNING"]
+        log = self.workdir / f"worker-{workload.name}{index}.log"
+        service = Service(argv, log, self.env)
+        try:
+            wait_for(lambda: _pong(service, name), 90, f"the {workload.name} worker", 0.2)
+        except BaseException:
+            service.stop()
+            raise
+        return service
+
+    @contextmanager
+    def poller(self) -> Iterator[Service]:
+        """``toolfan poll --interval`` (it prints one ``poll:`` line per pass)."""
+        interval = str(self.config.poll_interval)
+        service = Service(["poll", "--interval", interval], self.workdir / "poller.log", self.env)
+        try:
+            service.wait_for_output("poll:", 60)
+            yield service
+        finally:
+            service.stop()
+
+
+def _pong(service: Service, name: str) -> bool:
+    """Whether the worker answers a ping (it logs at WARNING, so no "ready." line).
+
+    Raises:
+        RuntimeError: the worker exited (its log is in the message).
+    """
+    if service.proc.poll() is not None:
+        raise RuntimeError(f"worker exited early:\n{service.log()}")
+    from tasks.app import app
+
+    replies = app.control.ping(timeout=0.5) or []
+    return any(name in reply_name for reply in replies for reply_name in reply)
+
+
+def poll_passes(poller: Service) -> int:
+    """Passes the poller has finished so far (one ``poll:`` line each)."""
+    return sum(
+        1 for line in poller.log().splitlines() if line.startswith("poll: ") and "seen" in line
+    )

@@ -1,0 +1,71 @@
+"""The benchmark's tools, and the raw Celery tasks of its first baseline.
+
+Workers load this module through ``TOOLFAN_HANDLERS=dispatcher.bench.tools``: the two
+``@tool`` functions are what toolfan runs; the three ``bench.*`` tasks are the same work as
+bare Celery tasks (no ledger, no HTTP), so the engine's ceiling is measured by the very
+same worker processes, pool and concurrency.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from functools import cache
+
+import redis
+from celery import shared_task
+
+from handlers import tool
+
+#: What every bench call returns: short, so output handling costs next to nothing.
+OUTPUT = "ok"
+RAW_NOOP = "bench.raw_noop"
+RAW_IO = "bench.raw_io"
+RAW_COLLECT = "bench.raw_collect"
+
+
+@tool(timeout=10)
+def bench_noop() -> str:
+    """Return at once: what remains is toolfan's own cost per call."""
+    return OUTPUT
+
+
+@tool(timeout=10)
+def bench_io(ms: int = 50) -> str:
+    """Sleep ``ms`` milliseconds, like a call waiting for a remote service.
+
+    Args:
+        ms: How long to wait, in milliseconds.
+    """
+    time.sleep(ms / 1000)
+    return OUTPUT
+
+
+@cache
+def _redis() -> redis.Redis:
+    """One client per worker process, made on first use (after the pool's fork)."""
+    return redis.Redis.from_url(os.environ["TOOLFAN_REDIS_URL"])
+
+
+@shared_task(name=RAW_NOOP)
+def raw_noop() -> str:
+    """The no-op call as a bare Celery task."""
+    return OUTPUT
+
+
+@shared_task(name=RAW_IO)
+def raw_io(ms: int = 50) -> str:
+    """The I/O-bound call as a bare Celery task."""
+    time.sleep(ms / 1000)
+    return OUTPUT
+
+
+@shared_task(name=RAW_COLLECT)
+def raw_collect(results: list[str], key: str, published_at: float) -> None:
+    """Chord callback: record when the session's chord finished, in one Redis command.
+
+    The bench reads the list to time the chords; it subtracts these commands (one per
+    session) from the baseline's count, since toolfan's ``submit`` has no such write.
+    """
+    _redis().rpush(key, json.dumps([published_at, time.time(), len(results)]))

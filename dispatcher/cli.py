@@ -14,9 +14,6 @@ import shutil
 import sys
 from collections.abc import Callable, Sequence
 
-import redis
-from kombu.exceptions import OperationalError
-
 from handlers.errors import ToolfanError
 
 Command = Callable[[argparse.Namespace, list[str]], int]
@@ -34,6 +31,9 @@ def _cmd_tools(args: argparse.Namespace, rest: list[str]) -> int:
 def _cmd_worker(args: argparse.Namespace, rest: list[str]) -> int:
     """Start a Celery worker; extra options go to ``celery worker`` unchanged."""
     _fresh_metrics_dir()
+    from celery import maybe_patch_concurrency
+
+    maybe_patch_concurrency(["celery", "worker", *rest])  # gevent/eventlet: before any import
     from tasks.worker import run_worker
 
     return run_worker(rest)
@@ -224,6 +224,7 @@ def _cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
         io_sessions=args.io_sessions,
         io_concurrency=args.io_concurrency,
         io_workers=args.io_workers,
+        io_pool=args.io_pool,
         loop_sessions=args.loop_sessions,
         idle_sessions=args.idle_sessions,
         half_load_seconds=args.half_load_seconds,
@@ -253,6 +254,12 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--io-concurrency", type=int, default=64, help="threads of the I/O pool (64)")
     p.add_argument(
         "--io-workers", type=int, default=1, help="worker processes for the I/O workload (1)"
+    )
+    p.add_argument(
+        "--io-pool",
+        choices=("threads", "gevent"),
+        default="threads",
+        help="worker pool for the I/O workload (threads; gevent needs the gevent package)",
     )
     p.add_argument(
         "--loop-sessions", type=int, default=60, help="I/O sessions for the sequential loop (60)"
@@ -310,9 +317,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     command: Command = args.command
     try:
         return command(args, rest)
-    except (ToolfanError, redis.RedisError, OperationalError) as exc:
+    except Exception as exc:
+        if not _clean_failure(exc):
+            raise
         print(f"toolfan: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
+
+
+def _clean_failure(exc: Exception) -> bool:
+    """Failures worth one line, not a traceback: toolfan's own, Redis's, the broker's.
+
+    Imported here, not at the top: ``toolfan worker -P gevent`` must patch the standard
+    library before anything opens sockets or threads.
+    """
+    import redis
+    from kombu.exceptions import OperationalError
+
+    return isinstance(exc, ToolfanError | redis.RedisError | OperationalError)
 
 
 if __name__ == "__main__":

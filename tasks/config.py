@@ -70,7 +70,6 @@ def celery_config(settings: Settings, registry: Registry) -> dict[str, Any]:
         "task_time_limit": ceiling(settings),
         "worker_send_task_events": True,
         "task_send_sent_event": True,
-        "task_track_started": True,
         "result_expires": settings.result_expires,
         "task_queues": [Queue(name, EXCHANGE, routing_key=name) for name in all_queues(registry)],
         "task_default_queue": ControlQueue.SUBMIT.value,

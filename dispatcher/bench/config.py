@@ -53,6 +53,7 @@ class BenchConfig:
     noop_concurrency: int = 2
     io_concurrency: int = 64
     io_workers: int = 1
+    io_pool: str = "threads"
     loop_sessions: int = 60
     idle_sessions: int = 10_000
     half_load_seconds: float = 15.0
@@ -81,7 +82,7 @@ class BenchConfig:
         )
 
     def workloads(self) -> list[Workload]:
-        """The no-op workload (prefork) and the I/O workload (threads)."""
+        """The no-op workload (prefork) and the I/O workload (threads, or gevent)."""
         noop = Workload(
             name="noop",
             tool=NOOP_TOOL,
@@ -96,7 +97,7 @@ class BenchConfig:
             name="io",
             tool=IO_TOOL,
             arguments={"ms": self.io_ms},
-            pool="threads",
+            pool=self.io_pool,
             concurrency=self.io_concurrency,
             sessions=self.io_sessions,
             calls=self.calls,

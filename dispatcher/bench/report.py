@@ -92,6 +92,7 @@ class Report:
 
     def _throughput_targets(self) -> Iterator[Target]:
         noop, io = self.ratios("noop"), self.ratios("io")
+        pool = self.info.get("workloads", {}).get("io", {}).get("pool", "threads")
         yield Target(
             "no-op throughput / raw Celery", noop.get(f"throughput_vs_{RAW}"), ">=", 0.6, "calls/s"
         )
@@ -100,14 +101,14 @@ class Report:
             io.get(f"throughput_vs_{LOOP}"),
             ">=",
             20,
-            "calls/s, threads pool",
+            f"calls/s, {pool} pool",
         )
         yield Target(
             "50 ms I/O throughput / raw Celery",
             io.get(f"throughput_vs_{RAW}"),
             ">=",
             0.6,
-            "calls/s, same threads pool",
+            f"calls/s, same {pool} pool",
         )
 
     def _redis_targets(self) -> Iterator[Target]:

@@ -1,12 +1,14 @@
 """Fault matrix, part 3: Redis restarted mid-run, with AOF on as the compose file ships it."""
 
 import shutil
+import socket
 import subprocess
 import threading
 import time
 
 import pytest
 import redis
+from celery import Celery
 
 from dispatcher.devstack import Service, free_port, redis_answers
 from tests.conftest import worker_env
@@ -59,15 +61,18 @@ def aof_redis(tmp_path):
 
 
 class Supervised:
-    """Restarts the worker whenever it exits, as systemd, compose and Kubernetes do.
+    """Restarts the worker when it exits or stops answering pings, as production does.
 
     On a broker connection loss Celery's worker sometimes stops with "Unrecoverable
-    error" (kombu's Redis transport fails while restoring unacked messages); production
-    runs workers under a supervisor for exactly this, so the test does too.
+    error" (kombu's Redis transport fails while restoring unacked messages), and sometimes
+    stays up without consuming again. The shipped systemd units and compose file restart
+    exited workers and the Kubernetes manifests add a ping liveness probe; so does this.
     """
 
     def __init__(self, tmp_path, env) -> None:
         self.tmp_path, self.env, self.restarts = tmp_path, env, 0
+        self.control = Celery(broker=env["TOOLFAN_BROKER_URL"]).control
+        self.missed = 0
         self.worker = self._start()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -81,11 +86,26 @@ class Supervised:
         )
 
     def _watch(self) -> None:
-        while not self._stop.wait(0.2):
-            if self.worker.proc.poll() is not None:
+        while not self._stop.wait(1.0):
+            if self.worker.proc.poll() is not None or self._unresponsive():
                 self.worker.stop()
                 self.restarts += 1
+                self.missed = 0
                 self.worker = self._start()
+
+    def _unresponsive(self) -> bool:
+        """Three missed pings in a row, once the worker said it was ready."""
+        if " ready." not in self.worker.log():
+            return False
+        try:
+            answered = self.control.ping(destination=[self.name()], timeout=1.0)
+        except Exception:  # the broker itself is down: not the worker's fault
+            return False
+        self.missed = 0 if answered else self.missed + 1
+        return self.missed >= 3
+
+    def name(self) -> str:
+        return f"aof@{socket.gethostname()}"
 
     def stop(self) -> None:
         self._stop.set()

@@ -89,3 +89,40 @@ def test_chord_reaches_callback_when_a_handler_raises(redis_client):
     assert results[1]["error"] == "Function 'boom' failed: RuntimeError: kaboom"
     assert results[3]["outcome"] == "unknown_function"
     assert results[4]["outcome"] == "invalid_arguments"
+
+
+def test_toolfan_worker_runs_on_a_gevent_pool(tmp_path, redis_client):
+    """-P gevent patches the standard library before toolfan opens any socket.
+
+    The calls go to fn.unserved, which only this worker consumes.
+    """
+    from tests.conftest import UNSERVED_QUEUE, worker_env
+    from tests.services import Worker
+
+    gevent_worker = Worker(
+        [
+            "-P",
+            "gevent",
+            "-c",
+            "20",
+            "-n",
+            "gevent@%h",
+            "-Q",
+            UNSERVED_QUEUE,
+            "--without-mingle",
+            "--without-gossip",
+        ],
+        tmp_path / "gevent.log",
+        worker_env(),
+    )
+    try:
+        gevent_worker.wait_ready()
+        results = [
+            call_signature(new_session(), "turn_1", f"call_{i}", "unserved", {}).apply_async()
+            for i in range(10)
+        ]
+        payloads = [r.get(timeout=30) for r in results]
+    finally:
+        gevent_worker.stop()
+    assert [p["output"] for p in payloads] == ["never"] * 10
+    assert "(gevent)" in gevent_worker.log()

@@ -73,12 +73,20 @@ def _cmd_poll(args: argparse.Namespace, rest: list[str]) -> int:
     return run_once(emit)
 
 
-def _cmd_beat(args: argparse.Namespace, rest: list[str]) -> int:
-    """Run Celery beat, which sends a ``toolfan.poll`` task every poll interval."""
-    from tasks.app import app
+def _celery(subcommand: str) -> Command:
+    """A command running ``celery <subcommand>`` on toolfan's app; options pass through.
 
-    app.start(argv=["beat", *rest])
-    return 0
+    Flower registers itself as a Celery sub-command, so beat and flower both find the same
+    broker, backend and queues as the workers this way.
+    """
+
+    def run(args: argparse.Namespace, rest: list[str]) -> int:
+        from tasks.app import app
+
+        app.start(argv=[subcommand, *rest])
+        return 0
+
+    return run
 
 
 def _add_beat(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -89,17 +97,7 @@ def _add_beat(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "Run exactly one beat per fleet.",
         add_help=False,
     )
-    p.set_defaults(command=_cmd_beat, passthrough=True)
-
-
-def _cmd_flower(args: argparse.Namespace, rest: list[str]) -> int:
-    """Run Flower (the ``celery flower`` sub-command) on this app; options pass through."""
-    from tasks.app import app
-
-    # Flower registers itself as a Celery sub-command (entry point ``celery.commands``), so
-    # the app's own command line finds it: the same broker, backend and queues as workers.
-    app.start(argv=["flower", *rest])
-    return 0
+    p.set_defaults(command=_celery("beat"), passthrough=True)
 
 
 def _add_flower(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -110,7 +108,7 @@ def _add_flower(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--basic-auth=user:pass). Workers send task events, so Flower sees every task.",
         add_help=False,
     )
-    p.set_defaults(command=_cmd_flower, passthrough=True)
+    p.set_defaults(command=_celery("flower"), passthrough=True)
 
 
 def _cmd_demo(args: argparse.Namespace, rest: list[str]) -> int:

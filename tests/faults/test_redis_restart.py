@@ -71,7 +71,7 @@ class Supervised:
 
     def __init__(self, tmp_path, env) -> None:
         self.tmp_path, self.env, self.restarts = tmp_path, env, 0
-        self.control = Celery(broker=env["TOOLFAN_BROKER_URL"]).control
+        self.control = Celery(broker=env["TOOLFAN_BROKER_URL"], set_as_current=False).control
         self.missed = 0
         self.worker = self._start()
         self._stop = threading.Event()

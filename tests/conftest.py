@@ -141,6 +141,6 @@ def worker(emulator: EmulatorServer) -> Iterator[Worker]:
         yield w
     finally:
         w.stop()
-        keep = os.environ.get("TOOLFAN_KEEP_WORKER_LOG")
+        keep = os.environ.get("TOOLFAN_KEEP_WORKER_LOG")  # a path: keep the log to debug
         if keep:
             shutil.copy(log, keep)

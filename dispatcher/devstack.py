@@ -22,6 +22,7 @@ from typing import IO, TypeVar
 import redis
 
 T = TypeVar("T")
+StackT = TypeVar("StackT", bound="Stack")
 
 
 def redis_answers(url: str) -> bool:
@@ -131,3 +132,28 @@ class Service:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
         self._log.close()
+
+
+class Stack:
+    """Services started together and stopped together, even when starting fails half way.
+
+    Subclasses start their services in :meth:`_start`, registering each stop with
+    ``self._stack``; leaving the ``with`` block (or a failed start) stops them all.
+    """
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self: StackT) -> StackT:
+        try:
+            self._start()
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def _start(self) -> None:
+        raise NotImplementedError

@@ -10,13 +10,20 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 
 import redis
 
 from dispatcher.bench.config import BenchConfig, Workload
-from dispatcher.devstack import Service, free_port, private_redis, redis_base_url, wait_for
+from dispatcher.devstack import (
+    Service,
+    Stack,
+    free_port,
+    private_redis,
+    redis_base_url,
+    wait_for,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 API_KEY = "bench"
@@ -54,28 +61,17 @@ def service_env(base: str, config: BenchConfig, api_url: str) -> dict[str, str]:
     return env
 
 
-class BenchStack:
+class BenchStack(Stack):
     """Redis databases, the emulator, and the worker and poller of the current phase."""
 
     def __init__(self, config: BenchConfig, workdir: Path) -> None:
+        super().__init__()
         self.config = config
         self.workdir = workdir
         self.base = ""
         self.env: dict[str, str] = {}
         self.port = 0
         self.emulator_pid = 0
-        self._stack = ExitStack()
-
-    def __enter__(self) -> BenchStack:
-        try:
-            self._start()
-        except BaseException:
-            self._stack.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stack.close()
 
     def _start(self) -> None:
         self.base = self._stack.enter_context(redis_server(self.config))

@@ -12,13 +12,12 @@ import os
 import random
 import signal
 import uuid
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 import redis
 
-from dispatcher.devstack import Service, redis_base_url
+from dispatcher.devstack import Service, Stack, redis_base_url
 from emulator import EmulatorServer, EmulatorState, running_emulator
 from emulator.testing import TEST_API_KEY
 from tests.chaos.keys import BUSY
@@ -67,14 +66,14 @@ def proc_children(pid: int) -> list[int]:
     return children
 
 
-class ChaosStack:
+class ChaosStack(Stack):
     """The running services, and the two ways of killing workers."""
 
     def __init__(self, config: StackConfig) -> None:
+        super().__init__()
         self.config = config
         self.workers: list[Service] = []
         self.poller: Service | None = None
-        self._stack = ExitStack()
         self._started = 0
         self._env: dict[str, str] = {}
         self._base = ""
@@ -82,17 +81,6 @@ class ChaosStack:
         self.emulator: EmulatorServer | None = None
 
     # --- life cycle --------------------------------------------------------------------
-
-    def __enter__(self) -> ChaosStack:
-        try:
-            self._start()
-        except BaseException:
-            self._stack.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stack.close()
 
     def _start(self) -> None:
         url = os.environ.get("TOOLFAN_REDIS_URL", "redis://localhost:6379/0")

@@ -53,7 +53,7 @@ def parse_arguments(
     except InvalidArguments as exc:
         log.info(
             "%s invalid arguments: %s",
-            _where(context),
+            where(context),
             exc,
             extra=_extra(context, Outcome.INVALID_ARGUMENTS),
         )
@@ -105,7 +105,7 @@ def _guard(
     except ToolError as exc:
         log.info(
             "%s tool error: %s",
-            _where(context),
+            where(context),
             exc.message,
             extra=_extra(context, Outcome.TOOL_ERROR),
         )
@@ -113,7 +113,7 @@ def _guard(
     except CallTimeout:
         log.warning(
             "%s timed out after %g s",
-            _where(context),
+            where(context),
             tool.timeout,
             extra=_extra(context, Outcome.TIMEOUT),
         )
@@ -123,7 +123,7 @@ def _guard(
     except OutputError as exc:
         log.error(
             "%s unusable output: %s",
-            _where(context),
+            where(context),
             exc,
             extra=_extra(context, Outcome.BAD_OUTPUT),
         )
@@ -132,7 +132,7 @@ def _guard(
         )
     except Exception as exc:
         log.exception(
-            "%s function raised", _where(context), extra=_extra(context, Outcome.EXCEPTION)
+            "%s function raised", where(context), extra=_extra(context, Outcome.EXCEPTION)
         )
         return CallResult.fail(
             Outcome.EXCEPTION, f"Function {tool.name!r} failed: {type(exc).__name__}: {exc}"
@@ -173,7 +173,7 @@ async def _await_with_timeout(call: Callable[[], Any], timeout: float) -> Any:
         raise CallTimeout from exc
 
 
-def _where(context: Mapping[str, Any]) -> str:
+def where(context: Mapping[str, Any]) -> str:
     """The ids of a call as ``key=value`` pairs, so plain-text log lines carry them too."""
     return " ".join(f"{k}={v}" for k, v in context.items())
 

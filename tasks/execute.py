@@ -17,7 +17,13 @@ from celery.canvas import Signature
 
 from handlers.registry import Registry
 from handlers.result import CallResult, Outcome
-from handlers.runner import parse_arguments, run_call, run_reconcile, unknown_function
+from handlers.runner import (
+    parse_arguments,
+    run_call,
+    run_reconcile,
+    unknown_function,
+    where,
+)
 from tasks import metrics
 from tasks.app import app
 from tasks.config import hard_limit
@@ -56,15 +62,16 @@ def execute_call(
     }
     begin = ledger.begin(ref, name)
     if begin.saved is not None:
-        log.info("%s returning saved result", _where(context), extra=context)
+        log.info("%s returning saved result", where(context), extra=context)
         return begin.saved
-    log.debug("%s arguments", _where(context), extra={**context, "arguments": arguments})
+    if log.isEnabledFor(logging.DEBUG):  # argument values: DEBUG only, and not built otherwise
+        log.debug("%s arguments", where(context), extra={**context, "arguments": arguments})
     max_attempts = get_settings().max_attempts
     started = time.perf_counter()
     if begin.attempts > max_attempts:
         log.error(
             "%s poison call: attempt %d of at most %d; giving up",
-            _where(context),
+            where(context),
             begin.attempts,
             max_attempts,
             extra=context,
@@ -89,7 +96,7 @@ def _report(result: CallResult, elapsed: float, known: bool, context: dict[str, 
         "elapsed_ms": round(elapsed * 1000, 1),
         "output_chars": size,
     }
-    log.info("%s call %s", _where(context), result.outcome.value, extra={**context, **fields})
+    log.info("%s call %s", where(context), result.outcome.value, extra={**context, **fields})
 
 
 def poison(name: str, attempts: int) -> CallResult:
@@ -106,7 +113,7 @@ def _produce(
 ) -> CallResult:
     tool = registry.get(name)
     if tool is None:
-        log.warning("%s unknown function", _where(context), extra=context)
+        log.warning("%s unknown function", where(context), extra=context)
         return unknown_function(registry, name)
     args = parse_arguments(tool, arguments, context)
     if isinstance(args, CallResult):
@@ -114,7 +121,7 @@ def _produce(
     if attempts > 1 and not tool.idempotent:
         log.warning(
             "%s interrupted earlier (attempt %d); reconciling",
-            _where(context),
+            where(context),
             attempts,
             extra=context,
         )
@@ -122,10 +129,6 @@ def _produce(
         if reconciled is not None:
             return reconciled
     return run_call(tool, args, context)
-
-
-def _where(context: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in context.items())
 
 
 def result_payload(ref: CallRef, name: str, result: CallResult) -> dict[str, Any]:

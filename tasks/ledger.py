@@ -26,7 +26,6 @@ from tasks.scripts import (
     MARK_SUBMITTED,
     RECLAIM,
     RELEASE,
-    RENEW,
     TAKEOVER,
 )
 
@@ -148,7 +147,6 @@ class Ledger:
         self._submitted = client.register_script(MARK_SUBMITTED)
         self._claim = client.register_script(CLAIM)
         self._release = client.register_script(RELEASE)
-        self._renew = client.register_script(RENEW)
         self._reclaim = client.register_script(RECLAIM)
         self._takeover = client.register_script(TAKEOVER)
 
@@ -188,12 +186,8 @@ class Ledger:
             abandon_reason=raw.get("abandon_reason"),
         )
 
-    def session_view(self, session_id: str, refs: Sequence[CallRef]) -> SessionView:
-        """The claim, dispatch and calls' statuses of one session, in one round trip."""
-        return self.session_views([(session_id, refs)])[0]
-
     def session_views(self, sessions: Sequence[tuple[str, Sequence[CallRef]]]) -> list[SessionView]:
-        """:meth:`session_view` for many sessions, in one round trip for all of them."""
+        """Each session's claim, dispatch and calls' statuses, in one round trip for all."""
         pipe = self.client.pipeline(transaction=False)
         for session_id, refs in sessions:
             pipe.get(keys.claim(session_id))
@@ -262,10 +256,6 @@ class Ledger:
     def takeover(self, session_id: str, old: str, new: str, lease_ms: int) -> bool:
         """Move a claim from ``old`` to ``new`` owner, only if ``old`` still holds it."""
         return bool(self._run(self._takeover, [keys.claim(session_id)], [old, new, lease_ms]))
-
-    def renew(self, session_id: str, token: str, lease_ms: int) -> bool:
-        """Extend a claim this owner still holds; False when it expired or passed on."""
-        return bool(self._run(self._renew, [keys.claim(session_id)], [token, lease_ms]))
 
     def release(self, session_id: str, token: str) -> bool:
         """Free a claim only if ``token`` still owns it."""

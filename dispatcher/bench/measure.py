@@ -39,19 +39,20 @@ def tree_cpu(pids: Iterable[int]) -> float:
 
 
 def _own_cpu(proc: psutil.Process) -> float:
-    try:
-        times = proc.cpu_times()
-    except psutil.NoSuchProcess:
-        return 0.0
-    return float(times.user + times.system)
+    return _cpu(proc, "user", "system")
 
 
 def _reaped_cpu(proc: psutil.Process) -> float:
+    return _cpu(proc, "children_user", "children_system")
+
+
+def _cpu(proc: psutil.Process, *fields: str) -> float:
+    """Sum of the named ``cpu_times`` fields; 0 for a process that is gone."""
     try:
         times = proc.cpu_times()
     except psutil.NoSuchProcess:
         return 0.0
-    return float(times.children_user + times.children_system)
+    return float(sum(getattr(times, name) for name in fields))
 
 
 def command_counts(client: redis.Redis) -> dict[str, int]:

@@ -11,6 +11,15 @@ from openai import OpenAI
 from emulator import EmulatorServer, running_emulator
 from emulator.testing import TEST_API_KEY
 
+#: A valid tool result for call ``c1`` of turn ``t1``, the call the tests seed.
+RESULT = {
+    "type": "agent.session.input.tool_result",
+    "turn_id": "t1",
+    "call_id": "c1",
+    "success": True,
+    "output": "3",
+}
+
 HEADERS = {"Authorization": f"Bearer {TEST_API_KEY}", "OpenAI-Beta": "agents=v1"}
 
 

@@ -10,14 +10,7 @@ import pytest
 
 from emulator import EmulatorServer, EmulatorState, function_call, running_emulator
 from emulator.testing import wait_until
-
-RESULT = {
-    "type": "agent.session.input.tool_result",
-    "turn_id": "t1",
-    "call_id": "c1",
-    "success": True,
-    "output": "3",
-}
+from tests.emulator.conftest import RESULT
 
 
 def test_admin_seeds_sessions_and_reads_back_batches(

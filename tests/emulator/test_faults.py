@@ -9,14 +9,7 @@ import pytest
 
 from emulator import EmulatorServer, Faults, function_call
 from emulator.testing import wait_until
-
-RESULT = {
-    "type": "agent.session.input.tool_result",
-    "turn_id": "t1",
-    "call_id": "c1",
-    "success": True,
-    "output": "3",
-}
+from tests.emulator.conftest import RESULT
 
 
 @pytest.fixture

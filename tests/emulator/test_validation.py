@@ -8,14 +8,7 @@ import httpx
 import pytest
 
 from emulator import EmulatorServer, function_call, mcp_approval_request, running_emulator
-
-RESULT = {
-    "type": "agent.session.input.tool_result",
-    "turn_id": "t1",
-    "call_id": "c1",
-    "success": True,
-    "output": "3",
-}
+from tests.emulator.conftest import RESULT
 
 
 @pytest.fixture

@@ -60,9 +60,9 @@ def test_claims_are_leases_with_owner_tokens(ledger, redis_client):
     assert ledger.claim_owner(session) == "owner-a"
     assert not ledger.release(session, "owner-b")
     assert ledger.claim_owner(session) == "owner-a"
-    assert ledger.renew(session, "owner-a", 60_000)
+    assert ledger.reclaim(session, "owner-a", 60_000)
     assert redis_client.pttl(keys.claim(session)) > 5000
-    assert not ledger.renew(session, "owner-b", 60_000)
+    assert not ledger.reclaim(session, "owner-b", 60_000)
     assert ledger.release(session, "owner-a")
     assert ledger.claim_owner(session) is None
     assert ledger.claim(session, "owner-b", 5000)

@@ -36,6 +36,10 @@ log = logging.getLogger("toolfan.execute")
 LEDGER_RETRIES = 5
 #: Seconds allowed for answering a call to an unregistered function.
 UNKNOWN_TOOL_TIMEOUT = 10.0
+#: Seconds kept free before the task's hard time limit while saving a result.
+SAVE_MARGIN = 0.5
+#: First and longest pause between attempts to save a result while the ledger is down.
+SAVE_BACKOFF = (0.05, 1.0)
 
 
 @cache
@@ -80,9 +84,45 @@ def execute_call(
     else:
         produced = _produce(name, arguments, begin.attempts, registry, context)
     elapsed = time.perf_counter() - started
-    result = ledger.finish(ref, produced)
+    deadline = started + _hard_limit(registry, name) - SAVE_MARGIN
+    result = save_result(ledger, ref, produced, deadline, context)
     _report(result, elapsed, name in registry, context)
     return result
+
+
+def save_result(
+    ledger: Ledger, ref: CallRef, produced: CallResult, deadline: float, context: dict[str, Any]
+) -> CallResult:
+    """Save ``produced``, retrying while the ledger is down until ``deadline`` (perf_counter).
+
+    The result exists only in this process once the function has run: giving up at the
+    first failed write would make the redelivered task run the function again. FINISH keeps
+    the first saved result, so repeating it after a lost reply is harmless.
+
+    Raises:
+        LedgerError: the ledger stayed unreachable until the deadline.
+    """
+    pause, longest = SAVE_BACKOFF
+    while True:
+        try:
+            return ledger.finish(ref, produced)
+        except LedgerError as exc:
+            if time.perf_counter() + pause > deadline:
+                raise
+            log.warning(
+                "%s saving the result failed, retrying in %.2fs: %s",
+                where(context),
+                pause,
+                exc,
+                extra=context,
+            )
+            time.sleep(pause)
+            pause = min(pause * 2, longest)
+
+
+def _hard_limit(registry: Registry, name: str) -> float:
+    tool = registry.get(name)
+    return hard_limit(get_settings(), tool.timeout if tool is not None else UNKNOWN_TOOL_TIMEOUT)
 
 
 def _report(result: CallResult, elapsed: float, known: bool, context: dict[str, Any]) -> None:
@@ -164,11 +204,9 @@ def call_signature(
     session_id: str, turn_id: str, call_id: str, name: str, arguments: Any
 ) -> Signature[Any]:
     """A routed ``execute`` signature: on its tool's queue, with its tool's hard time limit."""
-    registry, settings = load_registry(), get_settings()
-    tool = registry.get(name)
-    timeout = tool.timeout if tool is not None else UNKNOWN_TOOL_TIMEOUT
+    registry = load_registry()
     options: dict[str, Any] = {
         "queue": execute_queue(registry, name),
-        "time_limit": hard_limit(settings, timeout),
+        "time_limit": _hard_limit(registry, name),
     }
     return execute.si(session_id, turn_id, call_id, name, arguments).set(**options)

@@ -1,8 +1,6 @@
 """Fault matrix, part 3: Redis restarted mid-run, with AOF on as the compose file ships it."""
 
-import shutil
 import socket
-import subprocess
 import threading
 import time
 
@@ -10,54 +8,17 @@ import pytest
 import redis
 from celery import Celery
 
-from dispatcher.devstack import Service, free_port, redis_answers
+from dispatcher.devstack import Service
 from tests.conftest import worker_env
 from tests.e2e.harness import answered, check_exactly_once, seed
-from tests.services import Worker, wait_for
-
-
-def start_redis(port: int, directory) -> subprocess.Popen:
-    binary = shutil.which("redis-server")
-    assert binary, "redis-server is needed for this test"
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(directory),
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "always",
-            "--save",
-            "",
-            "--maxmemory-policy",
-            "noeviction",
-            "--logfile",
-            str(directory / "redis.log"),
-        ],
-    )
-    wait_for(lambda: redis_answers(f"redis://127.0.0.1:{port}/0"), 10, "redis-server")
-    return proc
+from tests.services import AofRedis, Worker, wait_for
 
 
 @pytest.fixture
 def aof_redis(tmp_path):
-    port = free_port()
-    (tmp_path / "redis").mkdir()
-    state = {"proc": start_redis(port, tmp_path / "redis")}
-
-    def restart() -> None:
-        state["proc"].terminate()
-        state["proc"].wait(20)
-        state["proc"] = start_redis(port, tmp_path / "redis")
-
-    yield f"redis://127.0.0.1:{port}", restart
-    state["proc"].terminate()
-    state["proc"].wait(20)
+    server = AofRedis(tmp_path / "redis")
+    yield server.url, server.restart
+    server.stop()
 
 
 class Supervised:
@@ -88,7 +49,7 @@ class Supervised:
     def _watch(self) -> None:
         while not self._stop.wait(1.0):
             if self.worker.proc.poll() is not None or self._unresponsive():
-                self.worker.stop()
+                self.worker.stop_warm()
                 self.restarts += 1
                 self.missed = 0
                 self.worker = self._start()

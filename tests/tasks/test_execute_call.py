@@ -1,12 +1,16 @@
 """execute_call against a real Redis, without Celery: the ledger decides what runs."""
 
+import threading
+import time
 import uuid
 
 import pytest
 
 from handlers import RUN_AGAIN, Outcome, Registry
 from tasks.execute import execute_call
-from tasks.ledger import CallRef, Ledger
+from tasks.ledger import CallRef, Ledger, LedgerError
+from tasks.settings import get_settings
+from tests.services import AofRedis
 
 
 @pytest.fixture
@@ -109,3 +113,54 @@ def test_unknown_function_is_answered_and_saved(reg, ledger):
     result = execute_call(r, "launch", {}, ledger, reg)
     assert result.outcome is Outcome.UNKNOWN_FUNCTION
     assert ledger.record(r).result == result
+
+
+def test_result_survives_a_redis_restart_during_the_call(tmp_path):
+    """Redis goes down while the function runs: the result is saved once it is back, and the
+    function is not run again (a lost result would make the redelivered task run it twice)."""
+    server = AofRedis(tmp_path / "redis")
+    ledger = Ledger.from_url(f"{server.url}/0", ttl=3600)
+    runs: list[str] = []
+    reg = Registry()
+
+    @reg.tool(timeout=5)
+    def work(text: str) -> str:
+        """Takes Redis down, and has it restarted a moment later."""
+        runs.append(text)
+        server.stop()
+        threading.Timer(0.6, server.restart_stopped).start()
+        return f"done {text}"
+
+    try:
+        r = ref()
+        result = execute_call(r, "work", {"text": "x"}, ledger, reg)
+        assert result.output == "done x" and runs == ["x"]
+        record = ledger.record(r)
+        assert record is not None and record.state == "done" and record.result == result
+        assert execute_call(r, "work", {"text": "x"}, ledger, reg) == result
+        assert runs == ["x"]
+    finally:
+        server.stop()
+
+
+def test_result_save_gives_up_at_the_hard_limit(tmp_path, monkeypatch):
+    """A ledger that stays down: execute_call raises instead of waiting past the time limit."""
+    monkeypatch.setenv("TOOLFAN_TIME_LIMIT_GRACE", "1")
+    get_settings.cache_clear()
+    server = AofRedis(tmp_path / "redis")
+    ledger = Ledger.from_url(f"{server.url}/0", ttl=3600)
+    reg = Registry()
+
+    @reg.tool(timeout=0.5)
+    def work() -> str:
+        """Takes Redis down for good."""
+        server.stop()
+        return "done"
+
+    started = time.perf_counter()
+    try:
+        with pytest.raises(LedgerError):
+            execute_call(ref(), "work", {}, ledger, reg)
+    finally:
+        get_settings.cache_clear()
+    assert time.perf_counter() - started < 1.5  # the hard limit: 0.5 s timeout + 1 s grace

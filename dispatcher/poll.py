@@ -19,6 +19,7 @@ from celery import chord
 from celery.result import AsyncResult, GroupResult
 
 from dispatcher.client import AgentsClient
+from dispatcher.memo import DispatchMemo
 from dispatcher.models import FunctionCall, Session
 from handlers.result import CallResult, Outcome
 from tasks import metrics
@@ -32,6 +33,10 @@ log = logging.getLogger("toolfan.poll")
 
 #: Sessions handled per ledger round trip: one API page.
 PAGE = 100
+#: Options of every task the poller sends. The ledger keeps each call's result, and the
+#: chord hands the header's results to ``submit`` whether or not the backend stores them,
+#: so storing them again (a SETEX and a PUBLISH per task) would be work nobody reads.
+UNSTORED: dict[str, Any] = {"ignore_result": True}
 
 
 @dataclass
@@ -70,10 +75,17 @@ class PollSummary:
 class Poller:
     """One pass over the sessions, with its collaborators injected for tests."""
 
-    def __init__(self, client: AgentsClient, ledger: Ledger, settings: Settings) -> None:
+    def __init__(
+        self,
+        client: AgentsClient,
+        ledger: Ledger,
+        settings: Settings,
+        memo: DispatchMemo | None = None,
+    ) -> None:
         self.client = client
         self.ledger = ledger
         self.settings = settings
+        self.memo = memo if memo is not None else DispatchMemo()
 
     def poll_once(self) -> PollSummary:
         """List every matching session and dispatch the ones with undispatched calls."""
@@ -87,6 +99,7 @@ class Poller:
             summary.sessions_seen += len(page)
             self._page(page, summary)
         summary.errors += self.client.malformed_sessions - malformed_before
+        self.memo.prune()
         metrics.POLL_DURATION.observe(time.perf_counter() - started)
         metrics.SESSIONS_PENDING.set(summary.sessions_pending)
         metrics.STALE_CLAIMS.set(summary.stale_claims)
@@ -102,11 +115,32 @@ class Poller:
             if calls:
                 summary.sessions_pending += 1
                 waiting.append((session.id, calls))
+        waiting = self._skip_own_in_flight(waiting, summary)
         views = self.ledger.session_views(
             [(sid, [_ref(sid, c) for c in calls]) for sid, calls in waiting]
         )
         for (session_id, calls), view in zip(waiting, views, strict=True):
             self._session(session_id, calls, view, summary)
+
+    def _skip_own_in_flight(
+        self, waiting: list[tuple[str, list[FunctionCall]]], summary: PollSummary
+    ) -> list[tuple[str, list[FunctionCall]]]:
+        """Drop the sessions this process dispatched whose claim is still its own.
+
+        One GET per such session replaces reading its dispatch and every call's state.
+        """
+        known = set(self.memo.candidates(sid for sid, _ in waiting))
+        if not known:
+            return waiting
+        owners = dict(zip(known, self.ledger.claim_owners(list(known)), strict=True))
+        rest = []
+        for session_id, calls in waiting:
+            ids = [(c.turn_id, c.call_id) for c in calls]
+            if session_id in known and self.memo.in_flight(session_id, owners[session_id], ids):
+                summary.skipped_in_flight += len(calls)
+            else:
+                rest.append((session_id, calls))
+        return rest
 
     def _session(
         self, session_id: str, calls: list[FunctionCall], view: SessionView, summary: PollSummary
@@ -160,8 +194,17 @@ class Poller:
 
     def _stale(self, dispatch: Dispatch) -> bool:
         """Whether a dispatch has outrun its tools' timeouts (its chord is probably dead)."""
+        return time.time() > self._stale_at(dispatch)
+
+    def _stale_at(self, dispatch: Dispatch) -> float:
         budget = max(0.0, dispatch.lease_ms / 1000 - self.settings.queue_budget)
-        return time.time() > dispatch.dispatched_at + budget
+        return dispatch.dispatched_at + budget
+
+    def _recheck_at(self, dispatch: Dispatch) -> float:
+        """When a dispatch next needs a full read: once stale, or near its actions' expiry."""
+        if dispatch.expires_at is None:
+            return self._stale_at(dispatch)
+        return min(self._stale_at(dispatch), dispatch.expires_at - self.settings.expiry_margin)
 
     def _expiring(self, dispatch: Dispatch) -> bool:
         if dispatch.expires_at is None:
@@ -207,15 +250,19 @@ class Poller:
             lease_ms=dispatch.lease_ms,
             saved=saved,
             first_seen=dispatch.first_seen,
-        )
+        ).set(**UNSTORED)
         if to_run:
             header = [
-                call_signature(session_id, c.turn_id, c.call_id, c.name, c.arguments)
+                call_signature(session_id, c.turn_id, c.call_id, c.name, c.arguments).set(
+                    **UNSTORED
+                )
                 for c in to_run
             ]
             _stop_listening(chord(header)(body))
         else:
             _stop_listening(body.apply_async(args=([],)))
+        sent = [(turn_id, call_id) for turn_id, call_id in calls]
+        self.memo.remember(session_id, dispatch.token, sent, self._recheck_at(dispatch))
         summary.sessions_dispatched += 1
         summary.calls_dispatched += len(to_run)
         summary.calls_resubmitted += len(saved)
@@ -290,11 +337,16 @@ def _unique_calls(session: Session, summary: PollSummary) -> list[FunctionCall]:
     return list(seen.values())
 
 
+#: The dispatches of this process, kept across the passes of a loop or of beat's tasks.
+_MEMO = DispatchMemo()
+
+
 def poll_once(**overrides: Any) -> PollSummary:
-    """One pass with this process's settings, ledger and API client."""
+    """One pass with this process's settings, ledger, API client and dispatch memo."""
     poller = Poller(
         overrides.get("client") or get_client(),
         overrides.get("ledger") or get_ledger(),
         overrides.get("settings") or get_settings(),
+        overrides.get("memo", _MEMO),
     )
     return poller.poll_once()

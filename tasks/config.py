@@ -68,8 +68,11 @@ def celery_config(settings: Settings, registry: Registry) -> dict[str, Any]:
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
         "task_time_limit": ceiling(settings),
+        # Flower lists every task from the worker's received/started/succeeded events. The
+        # publisher's "sent" event would add a PUBLISH per call on the poller for a state
+        # (queued, not yet received) that the queue-length metrics and alerts cover.
         "worker_send_task_events": True,
-        "task_send_sent_event": True,
+        "task_send_sent_event": False,
         "result_expires": settings.result_expires,
         "task_queues": [Queue(name, EXCHANGE, routing_key=name) for name in all_queues(registry)],
         "task_default_queue": ControlQueue.SUBMIT.value,

@@ -197,6 +197,13 @@ class Ledger:
         replies = iter(self._call(pipe.execute))
         return [_view(replies, len(refs)) for _, refs in sessions]
 
+    def claim_owners(self, session_ids: Sequence[str]) -> list[str | None]:
+        """The token holding each session's claim (None when free), in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for session_id in session_ids:
+            pipe.get(keys.claim(session_id))
+        return cast(list[str | None], self._call(pipe.execute))
+
     def dispatch(self, session_id: str) -> Dispatch | None:
         """A session's latest dispatch record, or None."""
         raw = cast(dict[str, str], self._call(self.client.hgetall, keys.dispatch(session_id)))

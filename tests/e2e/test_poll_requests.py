@@ -2,6 +2,7 @@
 
 import pytest
 
+from dispatcher.memo import DispatchMemo
 from dispatcher.poll import Poller
 from emulator import function_call
 from tasks.execute import get_ledger
@@ -50,3 +51,36 @@ def test_dispatching_leaves_no_result_subscriptions_behind(api, redis_client):
     summary = Poller(client(), get_ledger(), get_settings()).poll_once()
     assert summary.calls_dispatched == 30
     assert len(redis_client.pubsub_channels("celery-task-meta-*")) <= before
+
+
+def test_a_poller_rereads_only_the_claims_of_its_own_dispatches(api, redis_client):
+    """Under a backlog the same in-flight sessions are listed every pass: the poller that
+    dispatched them checks one claim per session instead of every call's state, and reads
+    a session in full again as soon as its claim is no longer the one it wrote."""
+    sessions = [
+        api.create_session([function_call("unserved", {}, turn_id="turn_1") for _ in range(3)])
+        for _ in range(4)
+    ]
+    ledger = get_ledger()
+    poller = Poller(client(), ledger, get_settings(), memo=DispatchMemo())
+    assert poller.poll_once().calls_dispatched == 12
+
+    def call_reads(pass_: Poller) -> int:
+        before = hmget_calls(redis_client)
+        summary = pass_.poll_once()
+        assert summary.calls_dispatched == 0 and summary.skipped_in_flight == 12
+        return hmget_calls(redis_client) - before
+
+    assert call_reads(poller) == 0  # its own claims, checked with one GET per session
+    fresh = Poller(client(), ledger, get_settings(), memo=DispatchMemo())
+    assert call_reads(fresh) == 12  # without the memo: every call's state
+
+    gone = sessions[0]["id"]
+    assert ledger.release(gone, ledger.claim_owner(gone) or "")
+    again = poller.poll_once()
+    assert again.sessions_dispatched == 1 and again.calls_dispatched == 3
+
+
+def hmget_calls(client) -> int:
+    """HMGETs the server ran so far: only the ledger's reads of call records use it."""
+    return int(client.info("commandstats").get("cmdstat_hmget", {}).get("calls", 0))

@@ -1,0 +1,51 @@
+"""The poller's memo of its own dispatches: when it may skip a session without a full read."""
+
+import time
+
+from dispatcher.memo import DispatchMemo
+
+CALLS = [("turn_1", "call_a"), ("turn_1", "call_b")]
+
+
+def test_own_live_claim_covering_the_listed_calls_is_in_flight():
+    memo = DispatchMemo()
+    memo.remember("sess_1", "tok", CALLS, time.time() + 60)
+    assert memo.candidates(["sess_1", "sess_2"]) == ["sess_1"]
+    assert memo.in_flight("sess_1", "tok", CALLS)
+    assert memo.in_flight("sess_1", "tok", CALLS[:1])
+
+
+def test_a_claim_gone_or_taken_over_means_a_full_read_from_then_on():
+    memo = DispatchMemo()
+    memo.remember("sess_1", "tok", CALLS, time.time() + 60)
+    memo.remember("sess_2", "tok2", CALLS, time.time() + 60)
+    assert not memo.in_flight("sess_1", None, CALLS)  # submitted, abandoned or expired
+    assert not memo.in_flight("sess_2", "other", CALLS)  # another dispatch owns it now
+    assert memo.candidates(["sess_1", "sess_2"]) == []
+    assert len(memo) == 0
+
+
+def test_a_call_this_process_never_sent_is_not_covered():
+    memo = DispatchMemo()
+    memo.remember("sess_1", "tok", CALLS[:1], time.time() + 60)
+    assert not memo.in_flight("sess_1", "tok", CALLS)
+
+
+def test_dispatches_past_their_recheck_time_are_read_in_full():
+    memo = DispatchMemo()
+    memo.remember("sess_past", "tok", CALLS, time.time() - 1)  # never stored
+    memo.remember("sess_soon", "tok", CALLS, time.time() + 0.05)
+    assert len(memo) == 1
+    time.sleep(0.1)
+    assert memo.candidates(["sess_soon"]) == []
+    memo.remember("sess_soon", "tok", CALLS, time.time() + 0.05)
+    time.sleep(0.1)
+    memo.prune()
+    assert len(memo) == 0
+
+
+def test_the_oldest_dispatches_are_forgotten_beyond_the_limit():
+    memo = DispatchMemo(limit=2)
+    for i in range(3):
+        memo.remember(f"sess_{i}", "tok", CALLS, time.time() + 60)
+    assert memo.candidates(["sess_0", "sess_1", "sess_2"]) == ["sess_1", "sess_2"]

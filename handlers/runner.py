@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,13 +18,10 @@ from handlers.errors import ToolError
 from handlers.output import OutputError, serialize
 from handlers.registry import Registry
 from handlers.result import CallResult, Outcome
+from handlers.threads import RUNNERS, CallTimeout
 from handlers.tool import RUN_AGAIN, InvalidArguments, Tool
 
 log = logging.getLogger("toolfan.handlers")
-
-
-class CallTimeout(Exception):
-    """The function did not return within its tool's timeout."""
 
 
 def unknown_function(registry: Registry, name: str) -> CallResult:
@@ -148,22 +144,7 @@ def _with_timeout(call: Callable[[], Any], timeout: float, is_async: bool) -> An
     """
     if is_async:
         return asyncio.run(_await_with_timeout(call, timeout))
-    box: dict[str, Any] = {}
-    thread = threading.Thread(target=_capture, args=(call, box), daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise CallTimeout
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
-
-
-def _capture(call: Callable[[], Any], box: dict[str, Any]) -> None:
-    try:
-        box["value"] = call()
-    except BaseException as exc:  # handed to the calling thread, which maps it
-        box["error"] = exc
+    return RUNNERS.run(call, timeout)
 
 
 async def _await_with_timeout(call: Callable[[], Any], timeout: float) -> Any:

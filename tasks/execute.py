@@ -36,6 +36,8 @@ log = logging.getLogger("toolfan.execute")
 LEDGER_RETRIES = 5
 #: Seconds allowed for answering a call to an unregistered function.
 UNKNOWN_TOOL_TIMEOUT = 10.0
+#: What task events and Flower show in place of a call's argument values.
+HIDDEN = "<arguments hidden>"
 #: Seconds kept free before the task's hard time limit while saving a result.
 SAVE_MARGIN = 0.5
 #: First and longest pause between attempts to save a result while the ledger is down.
@@ -203,10 +205,17 @@ def execute(
 def call_signature(
     session_id: str, turn_id: str, call_id: str, name: str, arguments: Any
 ) -> Signature[Any]:
-    """A routed ``execute`` signature: on its tool's queue, with its tool's hard time limit."""
+    """A routed ``execute`` signature: on its tool's queue, with its tool's hard time limit.
+
+    Its ``argsrepr``, what task events and so Flower show, names the call but leaves out
+    the argument values: they stay out of monitoring as they stay out of INFO logs, and
+    Celery need not build a repr of every call's arguments when it publishes.
+    """
     registry = load_registry()
     options: dict[str, Any] = {
         "queue": execute_queue(registry, name),
         "time_limit": _hard_limit(registry, name),
+        "argsrepr": f"({session_id!r}, {turn_id!r}, {call_id!r}, {name!r}, {HIDDEN})",
+        "kwargsrepr": "{}",
     }
     return execute.si(session_id, turn_id, call_id, name, arguments).set(**options)

@@ -91,10 +91,11 @@ def test_flower_lists_each_execute_with_function_session_and_call(flower: httpx.
         call_id = ids[task_id]
         function = calls[call_id][0]
         assert task["name"] == "toolfan.execute"
-        # Flower shows the arguments as the worker's repr of them: positional here.
+        # Flower shows the call's ids and function, positional; argument values stay out.
         shown = f"{task['args']} {task['kwargs']}"
         for value in (session_id, "turn_1", call_id, function):
             assert repr(value) in shown, (value, shown)
+        assert "<arguments hidden>" in shown and "Paris" not in shown
         assert task["worker"].startswith("test@")
 
 

@@ -238,6 +238,8 @@ def _cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from dispatcher.bench.config import BenchConfig
+
     p = sub.add_parser(
         "bench",
         help="measure throughput, latency and cost per call against raw Celery and loops",
@@ -246,12 +248,29 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "three baselines, polls idle sessions, and checks the performance targets. Writes "
         "bench.json, bench.txt and bench.png to --out. Exits 0 even when a target fails.",
     )
-    p.add_argument("--sessions", type=int, default=400, help="no-op sessions (400)")
-    p.add_argument("--calls", type=int, default=5, help="calls per session (5)")
-    p.add_argument("--io-sessions", type=int, default=200, help="50 ms I/O sessions (200)")
-    p.add_argument("--io-concurrency", type=int, default=64, help="threads of the I/O pool (64)")
+    d = BenchConfig()
     p.add_argument(
-        "--io-workers", type=int, default=1, help="worker processes for the I/O workload (1)"
+        "--sessions", type=int, default=d.sessions, help=f"no-op sessions ({d.sessions})"
+    )
+    p.add_argument("--calls", type=int, default=d.calls, help=f"calls per session ({d.calls})")
+    p.add_argument(
+        "--io-sessions",
+        type=int,
+        default=d.io_sessions,
+        help=f"50 ms I/O sessions ({d.io_sessions})",
+    )
+    p.add_argument(
+        "--io-concurrency",
+        type=int,
+        default=d.io_concurrency,
+        help=f"threads (or greenlets) per I/O worker process ({d.io_concurrency})",
+    )
+    p.add_argument(
+        "--io-workers",
+        type=int,
+        default=d.io_workers,
+        help="worker processes for the I/O workload (one per CPU: the threads of one process "
+        f"share one interpreter lock; {d.io_workers} here)",
     )
     p.add_argument(
         "--io-pool",
@@ -260,11 +279,22 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="worker pool for the I/O workload (threads; gevent needs the gevent package)",
     )
     p.add_argument(
-        "--loop-sessions", type=int, default=60, help="I/O sessions for the sequential loop (60)"
+        "--loop-sessions",
+        type=int,
+        default=d.loop_sessions,
+        help=f"I/O sessions for the sequential loop ({d.loop_sessions})",
     )
-    p.add_argument("--idle-sessions", type=int, default=10_000, help="idle sessions (10,000)")
     p.add_argument(
-        "--half-load-seconds", type=float, default=15.0, help="length of the half-load run (15)"
+        "--idle-sessions",
+        type=int,
+        default=d.idle_sessions,
+        help=f"idle sessions ({d.idle_sessions:,})",
+    )
+    p.add_argument(
+        "--half-load-seconds",
+        type=float,
+        default=d.half_load_seconds,
+        help=f"length of the half-load run ({d.half_load_seconds:g})",
     )
     p.add_argument("--interval", type=float, default=0.5, help="poll interval, seconds (0.5)")
     p.add_argument("--seed", type=int, default=1, help="seed of the half-load arrivals (1)")

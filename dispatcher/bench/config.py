@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+import os
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 NOOP_TOOL = "bench_noop"
@@ -48,11 +49,11 @@ class BenchConfig:
     out: Path = Path("bench-results")
     sessions: int = 400
     calls: int = 5
-    io_sessions: int = 200
+    io_sessions: int = 600
     io_ms: int = 50
     noop_concurrency: int = 2
     io_concurrency: int = 64
-    io_workers: int = 1
+    io_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     io_pool: str = "threads"
     loop_sessions: int = 60
     idle_sessions: int = 10_000
@@ -74,6 +75,7 @@ class BenchConfig:
             calls=3,
             io_sessions=20,
             io_concurrency=16,
+            io_workers=1,
             loop_sessions=10,
             idle_sessions=500,
             half_load_seconds=3.0,

@@ -92,7 +92,11 @@ class Report:
 
     def _throughput_targets(self) -> Iterator[Target]:
         noop, io = self.ratios("noop"), self.ratios("io")
-        pool = self.info.get("workloads", {}).get("io", {}).get("pool", "threads")
+        io_info = self.info.get("workloads", {}).get("io", {})
+        pool = (
+            f"{io_info.get('workers', 1)} x {io_info.get('concurrency', '?')} "
+            f"{io_info.get('pool', 'threads')}"
+        )
         yield Target(
             "no-op throughput / raw Celery", noop.get(f"throughput_vs_{RAW}"), ">=", 0.6, "calls/s"
         )

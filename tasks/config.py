@@ -22,6 +22,10 @@ from tasks.settings import Settings
 EXCHANGE = Exchange("toolfan", type="direct")
 
 
+#: Connections a worker may open to a Redis broker at once (at least its concurrency).
+BROKER_CONNECTIONS = 1000
+
+
 def hard_limit(settings: Settings, timeout: float) -> float:
     """The hard time limit of a task whose tool times out after ``timeout`` seconds."""
     return timeout + settings.time_limit_grace
@@ -54,7 +58,10 @@ def celery_config(settings: Settings, registry: Registry) -> dict[str, Any]:
     return {
         "broker_url": settings.broker,
         "result_backend": settings.redis_url,
-        "broker_transport_options": transport,
+        # With late acks every thread or greenlet acks its own message, each on a pooled
+        # connection: the Redis transport's default cap of 10 made a gevent worker's acks
+        # fail ("Couldn't ack") under load, leaving messages to the visibility timeout.
+        "broker_transport_options": {**transport, "max_connections": BROKER_CONNECTIONS},
         "result_backend_transport_options": transport,
         "broker_connection_retry_on_startup": True,
         # Keep running calls through a broker blip: their results land in the ledger, and a

@@ -94,8 +94,12 @@ def slow_count(key: str, seconds: float = 0.0) -> int:
 
 
 @tool(timeout=1, queue="fn.unserved")
-def unserved() -> str:
-    """Its queue has no worker in the tests: its calls wait until their deadline."""
+def unserved(seconds: float = 0.0) -> str:
+    """Its queue has no worker in the tests: its calls wait until their deadline.
+
+    Only the gevent test's worker consumes it; ``seconds`` keeps its calls in flight at once.
+    """
+    time.sleep(seconds)
     return "never"
 
 

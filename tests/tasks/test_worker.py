@@ -5,6 +5,7 @@ import signal
 import uuid
 
 import pytest
+import redis
 from celery import chord
 
 from tasks import app
@@ -17,6 +18,10 @@ pytestmark = pytest.mark.usefixtures("worker")
 
 def new_session() -> str:
     return f"sess_{uuid.uuid4().hex[:10]}"
+
+
+def broker_client() -> redis.Redis:
+    return redis.Redis.from_url(os.environ["TOOLFAN_BROKER_URL"])
 
 
 def test_worker_consumes_every_function_queue_and_the_control_queues():
@@ -104,7 +109,7 @@ def test_toolfan_worker_runs_on_a_gevent_pool(tmp_path, redis_client):
             "-P",
             "gevent",
             "-c",
-            "20",
+            "64",
             "-n",
             "gevent@%h",
             "-Q",
@@ -118,11 +123,16 @@ def test_toolfan_worker_runs_on_a_gevent_pool(tmp_path, redis_client):
     try:
         gevent_worker.wait_ready()
         results = [
-            call_signature(new_session(), "turn_1", f"call_{i}", "unserved", {}).apply_async()
-            for i in range(10)
+            call_signature(
+                new_session(), "turn_1", f"call_{i}", "unserved", {"seconds": 0.3}
+            ).apply_async()
+            for i in range(60)
         ]
         payloads = [r.get(timeout=30) for r in results]
+        # acks_late: every greenlet acks its own message, all at nearly the same moment
+        wait_for(lambda: not broker_client().hlen("unacked"), 10, "every message acked")
     finally:
         gevent_worker.stop()
-    assert [p["output"] for p in payloads] == ["never"] * 10
+    assert [p["output"] for p in payloads] == ["never"] * 60
     assert "(gevent)" in gevent_worker.log()
+    assert "Couldn't ack" not in gevent_worker.log()

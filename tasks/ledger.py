@@ -18,7 +18,7 @@ import redis
 
 from handlers.errors import ToolfanError
 from handlers.result import CallResult
-from tasks import keys
+from tasks import keys, metrics
 from tasks.scripts import (
     BEGIN,
     CLAIM,
@@ -280,6 +280,7 @@ class Ledger:
         try:
             return fn(*args, **kwargs)
         except redis.RedisError as exc:
+            metrics.LEDGER_ERRORS.inc()
             raise LedgerError(f"ledger unavailable: {type(exc).__name__}: {exc}") from exc
 
 

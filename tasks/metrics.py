@@ -56,6 +56,9 @@ STALE_CLAIMS = Gauge(
     "Claimed sessions whose dispatch outran its tools' timeouts, at the last poll",
     multiprocess_mode="livemax",
 )
+LEDGER_ERRORS = Counter(
+    "toolfan_ledger_errors", "Ledger operations that failed because Redis did not answer"
+)
 POLL_DURATION = Histogram(
     "toolfan_poll_duration_seconds", "Duration of one poll pass", buckets=_LATENCY_BUCKETS
 )

@@ -96,6 +96,7 @@ def test_metrics_count_every_outcome_and_logs_are_json_without_secrets(api, obse
     assert m['toolfan_calls_total{function="<unknown>",outcome="unknown_function"}'] == SESSIONS
     assert m['toolfan_call_duration_seconds_count{function="add"}'] == 2 * SESSIONS
     assert m["toolfan_time_to_submit_seconds_count"] == SESSIONS
+    assert m["toolfan_ledger_errors_total"] == 0  # exported, and zero on a healthy run
     p = scrape(poller_port)
     assert p["toolfan_poll_duration_seconds_count"] >= 1
     assert "toolfan_sessions_pending" in " ".join(p)

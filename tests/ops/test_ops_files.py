@@ -34,6 +34,7 @@ METRICS = {
     "toolfan_stale_claims",
     "toolfan_poll_duration_seconds",
     "toolfan_abandoned_calls_total",
+    "toolfan_ledger_errors_total",
 }
 K8S = path("ops/k8s")
 

@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 from handlers import RUN_AGAIN, Outcome, Registry
+from tasks import metrics
 from tasks.execute import execute_call
 from tasks.ledger import CallRef, Ledger, LedgerError
 from tasks.settings import get_settings
@@ -131,10 +132,12 @@ def test_result_survives_a_redis_restart_during_the_call(tmp_path):
         threading.Timer(0.6, server.restart_stopped).start()
         return f"done {text}"
 
+    errors = metrics.LEDGER_ERRORS._value.get()
     try:
         r = ref()
         result = execute_call(r, "work", {"text": "x"}, ledger, reg)
         assert result.output == "done x" and runs == ["x"]
+        assert metrics.LEDGER_ERRORS._value.get() > errors  # each failed save is counted
         record = ledger.record(r)
         assert record is not None and record.state == "done" and record.result == result
         assert execute_call(r, "work", {"text": "x"}, ledger, reg) == result

@@ -17,7 +17,14 @@ from handlers import RUN_AGAIN, ToolError, tool
 
 
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(os.environ["TOOLFAN_REDIS_URL"], decode_responses=True)
+    """Where side effects are counted: the ledger's Redis unless a test keeps them apart.
+
+    A test that restarts the ledger's Redis counts elsewhere (``TEST_COUNTER_REDIS_URL``),
+    so that a tool failing on its own dependency during the outage is not mistaken for a
+    call toolfan lost.
+    """
+    url = os.environ.get("TEST_COUNTER_REDIS_URL") or os.environ["TOOLFAN_REDIS_URL"]
+    return redis.Redis.from_url(url, decode_responses=True)
 
 
 @tool(timeout=5)

@@ -13,8 +13,12 @@ import os
 import shutil
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from handlers.errors import ToolfanError
+
+if TYPE_CHECKING:  # the bench's modules load only when the bench runs
+    from dispatcher.bench.config import BenchConfig
 
 Command = Callable[[argparse.Namespace, list[str]], int]
 
@@ -208,33 +212,52 @@ def _add_emulator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.set_defaults(command=_cmd_emulator, passthrough=False)
 
 
+#: ``toolfan bench``'s numeric options: flag, BenchConfig field, type, help (the default,
+#: read from BenchConfig, is added to the help).
+_BENCH_NUMBERS: tuple[tuple[str, str, type, str], ...] = (
+    ("--sessions", "sessions", int, "no-op sessions"),
+    ("--calls", "calls", int, "calls per session"),
+    ("--io-sessions", "io_sessions", int, "50 ms I/O sessions"),
+    ("--io-concurrency", "io_concurrency", int, "threads (or greenlets) per I/O worker process"),
+    (
+        "--io-workers",
+        "io_workers",
+        int,
+        "worker processes for the I/O workload (one per CPU: the threads of one process "
+        "share one interpreter lock)",
+    ),
+    ("--loop-sessions", "loop_sessions", int, "I/O sessions for the sequential loop"),
+    ("--idle-sessions", "idle_sessions", int, "idle sessions"),
+    ("--half-load-seconds", "half_load_seconds", float, "length of the half-load run"),
+    ("--interval", "poll_interval", float, "poll interval, seconds"),
+    ("--seed", "seed", int, "seed of the half-load arrivals"),
+    ("--broker-db", "broker_db", int, "broker database"),
+    ("--ledger-db", "ledger_db", int, "results and ledger database"),
+)
+
+
 def _cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
     """Run the benchmark: toolfan and its baselines on this machine, then the targets."""
+    from dispatcher.bench.run import run_bench
+
+    return run_bench(bench_config(args))
+
+
+def bench_config(args: argparse.Namespace) -> BenchConfig:
+    """The bench's configuration from ``toolfan bench``'s parsed options."""
     from pathlib import Path
 
     from dispatcher.bench.config import BenchConfig
-    from dispatcher.bench.run import run_bench
 
-    config = BenchConfig(
+    numbers = {field: getattr(args, field) for _, field, _, _ in _BENCH_NUMBERS}
+    return BenchConfig(
         out=Path(args.out),
-        sessions=args.sessions,
-        calls=args.calls,
-        io_sessions=args.io_sessions,
-        io_concurrency=args.io_concurrency,
-        io_workers=args.io_workers,
         io_pool=args.io_pool,
-        loop_sessions=args.loop_sessions,
-        idle_sessions=args.idle_sessions,
-        half_load_seconds=args.half_load_seconds,
-        poll_interval=args.interval,
-        seed=args.seed,
         redis_url=args.redis_url,
         private_redis=args.private_redis,
-        broker_db=args.broker_db,
-        ledger_db=args.ledger_db,
         quick=args.quick,
+        **numbers,
     )
-    return run_bench(config)
 
 
 def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -248,58 +271,22 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "three baselines, polls idle sessions, and checks the performance targets. Writes "
         "bench.json, bench.txt and bench.png to --out. Exits 0 even when a target fails.",
     )
-    d = BenchConfig()
-    p.add_argument(
-        "--sessions", type=int, default=d.sessions, help=f"no-op sessions ({d.sessions})"
-    )
-    p.add_argument("--calls", type=int, default=d.calls, help=f"calls per session ({d.calls})")
-    p.add_argument(
-        "--io-sessions",
-        type=int,
-        default=d.io_sessions,
-        help=f"50 ms I/O sessions ({d.io_sessions})",
-    )
-    p.add_argument(
-        "--io-concurrency",
-        type=int,
-        default=d.io_concurrency,
-        help=f"threads (or greenlets) per I/O worker process ({d.io_concurrency})",
-    )
-    p.add_argument(
-        "--io-workers",
-        type=int,
-        default=d.io_workers,
-        help="worker processes for the I/O workload (one per CPU: the threads of one process "
-        f"share one interpreter lock; {d.io_workers} here)",
-    )
+    defaults = BenchConfig()
+    for flag, field, kind, text in _BENCH_NUMBERS:
+        value = getattr(defaults, field)
+        shown = f"{value:,}" if kind is int else f"{value:g}"
+        metavar = flag.removeprefix("--").replace("-", "_").upper()
+        p.add_argument(
+            flag, dest=field, type=kind, default=value, metavar=metavar, help=f"{text} ({shown})"
+        )
     p.add_argument(
         "--io-pool",
         choices=("threads", "gevent"),
-        default="threads",
+        default=defaults.io_pool,
         help="worker pool for the I/O workload (threads; gevent needs the gevent package)",
     )
-    p.add_argument(
-        "--loop-sessions",
-        type=int,
-        default=d.loop_sessions,
-        help=f"I/O sessions for the sequential loop ({d.loop_sessions})",
-    )
-    p.add_argument(
-        "--idle-sessions",
-        type=int,
-        default=d.idle_sessions,
-        help=f"idle sessions ({d.idle_sessions:,})",
-    )
-    p.add_argument(
-        "--half-load-seconds",
-        type=float,
-        default=d.half_load_seconds,
-        help=f"length of the half-load run ({d.half_load_seconds:g})",
-    )
-    p.add_argument("--interval", type=float, default=0.5, help="poll interval, seconds (0.5)")
-    p.add_argument("--seed", type=int, default=1, help="seed of the half-load arrivals (1)")
     p.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
-    p.add_argument("--out", default="bench-results", help="output directory (bench-results)")
+    p.add_argument("--out", default=str(defaults.out), help=f"output directory ({defaults.out})")
     p.add_argument(
         "--redis-url", default=None, help="Redis server to use (default: TOOLFAN_REDIS_URL's)"
     )
@@ -308,8 +295,6 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="start a private redis-server: Redis figures free of other clients' commands",
     )
-    p.add_argument("--broker-db", type=int, default=4, help="broker database (4)")
-    p.add_argument("--ledger-db", type=int, default=5, help="results and ledger database (5)")
     p.set_defaults(command=_cmd_bench, passthrough=False)
 
 

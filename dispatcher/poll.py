@@ -24,7 +24,7 @@ from dispatcher.models import FunctionCall, Session
 from handlers.result import CallResult, Outcome
 from tasks import metrics
 from tasks.app import app
-from tasks.execute import UNKNOWN_TOOL_TIMEOUT, call_signature, get_ledger, result_payload
+from tasks.execute import call_signature, get_ledger, result_payload, tool_timeout
 from tasks.ledger import FINAL_STATES, CallRef, CallStatus, Dispatch, Ledger, SessionView
 from tasks.settings import Settings, get_settings, load_registry
 from tasks.submit import get_client, submit
@@ -225,9 +225,7 @@ class Poller:
     def _lease_ms(self, pending: list[tuple[FunctionCall, CallStatus]]) -> int:
         """Longest tool timeout plus its grace plus the queueing budget."""
         registry = load_registry()
-        timeouts = [
-            getattr(registry.get(c.name), "timeout", UNKNOWN_TOOL_TIMEOUT) for c, _ in pending
-        ]
+        timeouts = [tool_timeout(registry, c.name) for c, _ in pending]
         budget = max(timeouts) + self.settings.time_limit_grace + self.settings.queue_budget
         return int(budget * 1000)
 

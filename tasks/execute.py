@@ -122,9 +122,14 @@ def save_result(
             pause = min(pause * 2, longest)
 
 
-def _hard_limit(registry: Registry, name: str) -> float:
+def tool_timeout(registry: Registry, name: str) -> float:
+    """Seconds a call to ``name`` may run: its tool's timeout, or the unknown-function one."""
     tool = registry.get(name)
-    return hard_limit(get_settings(), tool.timeout if tool is not None else UNKNOWN_TOOL_TIMEOUT)
+    return tool.timeout if tool is not None else UNKNOWN_TOOL_TIMEOUT
+
+
+def _hard_limit(registry: Registry, name: str) -> float:
+    return hard_limit(get_settings(), tool_timeout(registry, name))
 
 
 def _report(result: CallResult, elapsed: float, known: bool, context: dict[str, Any]) -> None:

@@ -48,3 +48,15 @@ def test_public_api_is_sorted_and_complete():
     assert handlers.__all__ == sorted(handlers.__all__)
     for name in handlers.__all__:
         assert hasattr(handlers, name)
+
+
+def test_bench_options_map_to_the_config_and_default_to_it():
+    from dispatcher.bench.config import BenchConfig
+    from dispatcher.cli import bench_config, build_parser
+
+    parser = build_parser()
+    assert bench_config(parser.parse_args(["bench"])) == BenchConfig()
+    args = ["bench", "--io-workers", "3", "--interval", "0.2", "--seed", "7", "--ledger-db", "9"]
+    config = bench_config(parser.parse_args(args))
+    assert (config.io_workers, config.poll_interval, config.seed) == (3, 0.2, 7)
+    assert config.ledger_db == 9 and config.broker_db == BenchConfig().broker_db

@@ -84,3 +84,15 @@ def test_a_poller_rereads_only_the_claims_of_its_own_dispatches(api, redis_clien
 def hmget_calls(client) -> int:
     """HMGETs the server ran so far: only the ledger's reads of call records use it."""
     return int(client.info("commandstats").get("cmdstat_hmget", {}).get("calls", 0))
+
+
+def test_dispatched_tasks_leave_no_result_in_the_backend(api, redis_client):
+    """The ledger keeps every result and the chord hands them to submit: the poller's
+    execute and submit tasks store nothing in Celery's result backend."""
+    sid = api.create_session([function_call("add", {"a": i, "b": 1}) for i in range(3)])["id"]
+    summary = Poller(client(), get_ledger(), get_settings()).poll_once()
+    assert summary.calls_dispatched == 3
+    wait_for(lambda: api.batches(sid), 30, "the batch")
+    assert [e["output"] for e in api.batches(sid)[0].events] == ["1", "2", "3"]
+    wait_for(lambda: get_ledger().claim_owner(sid) is None, 10, "submit to finish")
+    assert redis_client.keys("celery-task-meta-*") == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from emulator.app import EmulatorApp
 from emulator.faults import Faults
+from emulator.jsontext import RawJson
 from emulator.server import EmulatorServer, serve
 from emulator.state import AcceptedBatch, EmulatorState, RequestRecord
 from emulator.testing import running_emulator
@@ -26,6 +27,7 @@ __all__ = [
     "EmulatorServer",
     "EmulatorState",
     "Faults",
+    "RawJson",
     "RequestRecord",
     "computer_use_approval_request",
     "environment_connection",

@@ -2,7 +2,8 @@
 
 They mirror the Python API of :class:`EmulatorState` so a demo script or an end-to-end test
 can seed sessions, set faults and read back what was received. They need no token and
-never inject faults: they are the operator's controls, not part of the emulated API.
+never inject faults: they are the operator's controls, not part of the emulated API. Like
+the API's, their session ids are matched on the raw path, so any id can be addressed.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.responses import Response
+from starlette.routing import BaseRoute
 
 from emulator.faults import Faults
+from emulator.jsontext import JsonResponse
+from emulator.paths import RawRoute, query_items
 from emulator.state import EmulatorState
-from emulator.wire import JSON, WireError, function_call
+from emulator.wire import JSON, WireError, function_call, new_id
 
 Handler = Callable[[Request], Awaitable[Response]]
 _SETTINGS = ("turn_duration", "stream_lifetime")
@@ -38,22 +41,26 @@ class Admin:
     def __init__(self, state: EmulatorState) -> None:
         self.state = state
 
-    def routes(self) -> list[BaseRoute]:
-        """The routes, relative to the ``/_emulator`` mount."""
+    def routes(self, prefix: str = "/_emulator") -> list[BaseRoute]:
+        """The routes, under ``prefix``."""
         get, put, post = ["GET"], ["PUT"], ["POST"]
+        table = [
+            ("/reset", self.reset, post),
+            ("/faults", self.get_faults, get),
+            ("/faults", self.put_faults, put),
+            ("/settings", self.get_settings, get),
+            ("/settings", self.put_settings, put),
+            ("/sessions", self.create_session, post),
+            ("/sessions/bulk", self.create_sessions, post),
+            ("/sessions", self.list_ids, get),
+            ("/sessions/{session_id}", self.get_session, get),
+            ("/sessions/{session_id}/actions", self.add_actions, post),
+            ("/batches", self.batches, get),
+            ("/requests", self.requests, get),
+        ]
         return [
-            Route("/reset", self._wrap(self.reset), methods=post),
-            Route("/faults", self._wrap(self.get_faults), methods=get),
-            Route("/faults", self._wrap(self.put_faults), methods=put),
-            Route("/settings", self._wrap(self.get_settings), methods=get),
-            Route("/settings", self._wrap(self.put_settings), methods=put),
-            Route("/sessions", self._wrap(self.create_session), methods=post),
-            Route("/sessions/bulk", self._wrap(self.create_sessions), methods=post),
-            Route("/sessions", self._wrap(self.list_ids), methods=get),
-            Route("/sessions/{session_id}", self._wrap(self.get_session), methods=get),
-            Route("/sessions/{session_id}/actions", self._wrap(self.add_actions), methods=post),
-            Route("/batches", self._wrap(self.batches), methods=get),
-            Route("/requests", self._wrap(self.requests), methods=get),
+            RawRoute(prefix + path, self._wrap(handler), methods=methods)
+            for path, handler, methods in table
         ]
 
     @staticmethod
@@ -62,32 +69,32 @@ class Admin:
             try:
                 return await handler(request)
             except WireError as error:
-                return JSONResponse(error.body(), status_code=error.status)
+                return JsonResponse(error.body(), status_code=error.status)
             except (ValueError, TypeError, KeyError) as error:
                 bad = WireError(
                     400, f"Invalid admin request: {error}", code="invalid_admin_request"
                 )
-                return JSONResponse(bad.body(), status_code=400)
+                return JsonResponse(bad.body(), status_code=400)
 
         return run
 
     async def reset(self, request: Request) -> Response:
         """Forget everything: sessions, recordings, keys and faults."""
         self.state.reset()
-        return JSONResponse({"reset": True})
+        return JsonResponse({"reset": True})
 
     async def get_faults(self, request: Request) -> Response:
         """The current fault knobs."""
-        return JSONResponse(self.state.faults.to_json())
+        return JsonResponse(self.state.faults.to_json())
 
     async def put_faults(self, request: Request) -> Response:
         """Replace all knobs (omitted ones go back to their defaults) and reseed."""
         faults = self.state.set_faults(Faults.from_json(await _body(request)))
-        return JSONResponse(faults.to_json())
+        return JsonResponse(faults.to_json())
 
     async def get_settings(self, request: Request) -> Response:
         """``turn_duration`` and ``stream_lifetime``."""
-        return JSONResponse({name: getattr(self.state, name) for name in _SETTINGS})
+        return JsonResponse({name: getattr(self.state, name) for name in _SETTINGS})
 
     async def put_settings(self, request: Request) -> Response:
         """Change ``turn_duration`` and/or ``stream_lifetime`` (seconds)."""
@@ -100,9 +107,12 @@ class Admin:
         return await self.get_settings(request)
 
     async def create_session(self, request: Request) -> Response:
-        """Create a session: ``EmulatorState.create_session`` options plus ``function_calls``."""
+        """Create a session: ``EmulatorState.create_session`` options plus ``function_calls``.
+
+        ``raw`` and ``raw_actions`` are served verbatim (see ``EmulatorState.create_session``).
+        """
         body = await _body(request)
-        return JSONResponse(
+        return JsonResponse(
             self.state.create_session(_actions(body), **_options(body)), status_code=201
         )
 
@@ -117,22 +127,29 @@ class Admin:
         specs = (await _body(request)).get("sessions", [])
         if not isinstance(specs, list):
             raise ValueError("'sessions' must be a list of session bodies")
-        ids = [self.state.create_session(_actions(spec), **_options(spec))["id"] for spec in specs]
-        return JSONResponse({"data": ids, "at": time.time()}, status_code=201)
+        ids = []
+        for spec in specs:
+            # The real id, chosen here: a raw "id" field changes only the served one.
+            options = _options(spec) | {"session_id": spec.get("session_id") or new_id("sess")}
+            self.state.create_session(_actions(spec), **options)
+            ids.append(options["session_id"])
+        return JsonResponse({"data": ids, "at": time.time()}, status_code=201)
 
     async def list_ids(self, request: Request) -> Response:
         """Every session id, oldest first."""
-        return JSONResponse({"data": self.state.session_ids()})
+        return JsonResponse({"data": self.state.session_ids()})
 
     async def get_session(self, request: Request) -> Response:
         """A session, bypassing auth and faults."""
-        return JSONResponse(self.state.session(request.path_params["session_id"]))
+        return JsonResponse(self.state.session(request.path_params["session_id"]))
 
     async def add_actions(self, request: Request) -> Response:
-        """Append ``required_actions`` and/or ``function_calls`` to a session."""
+        """Append ``required_actions``, ``function_calls`` and/or ``raw_actions`` to a session."""
         body = await _body(request)
-        session = self.state.add_actions(request.path_params["session_id"], _actions(body))
-        return JSONResponse(session)
+        session = self.state.add_actions(
+            request.path_params["session_id"], _actions(body), body.get("raw_actions", ())
+        )
+        return JsonResponse(session)
 
     async def batches(self, request: Request) -> Response:
         """Accepted batches with their headers, optionally of one ``session_id``.
@@ -140,29 +157,33 @@ class Admin:
         ``offset=N`` skips the first N (in acceptance order), so a watcher polling for new
         batches reads each one once instead of the whole growing list every time.
         """
-        session_id = request.query_params.get("session_id")
-        offset = int(request.query_params.get("offset", "0"))
+        params = dict(query_items(request.scope))
+        session_id = params.get("session_id")
+        offset = int(params.get("offset", "0"))
         if offset < 0:
             raise ValueError("offset must be >= 0")
         chosen = self.state.batches(session_id)[offset:]
-        return JSONResponse({"data": [b.to_json() for b in chosen]})
+        return JsonResponse({"data": [b.to_json() for b in chosen]})
 
     async def requests(self, request: Request) -> Response:
         """The ``/v1`` request log, optionally filtered by ``path`` substring and ``method``."""
-        params = request.query_params
+        params = dict(query_items(request.scope))
         records = self.state.requests(params.get("path", ""), params.get("method"))
-        return JSONResponse({"data": [r.to_json() for r in records]})
+        return JsonResponse({"data": [r.to_json() for r in records]})
 
 
 def _options(body: JSON) -> dict[str, Any]:
     """The ``EmulatorState.create_session`` keyword options present in a session body."""
-    names = ("session_id", "agent_id", "metadata", "tools", "status", "error")
+    names = ("session_id", "agent_id", "metadata", "tools", "status", "error", "raw", "raw_actions")
     return {k: body[k] for k in names if k in body}
 
 
 async def _body(request: Request) -> Any:
     raw = await request.body()
-    body = json.loads(raw) if raw.strip() else {}
+    try:
+        body = json.loads(raw) if raw.strip() else {}
+    except RecursionError:
+        raise ValueError("the body nests too deep to parse") from None
     if not isinstance(body, dict):
         raise ValueError("the body must be a JSON object")
     return body

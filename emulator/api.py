@@ -2,7 +2,8 @@
 
 Every endpoint goes through :meth:`Api.endpoint`, which checks the bearer token and the
 ``OpenAI-Beta`` header, rolls the fault dice, renders :class:`WireError` as the OpenAI
-error JSON and records the request, so each handler holds only its own logic.
+error JSON and records the request, so each handler holds only its own logic. Routes match
+the raw path (``emulator.paths``), so a session id may hold any character.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import BaseRoute, Route
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import BaseRoute
 
 from emulator.faults import Faults
+from emulator.jsontext import JsonResponse
+from emulator.pages import garbage_body
+from emulator.paths import RawRoute, display_path, query_items, raw_path
 from emulator.sse import session_events
 from emulator.state import EmulatorState, RequestRecord
 from emulator.validation import parse_list_query
@@ -27,9 +31,9 @@ DROP_HEADER = "x-emulator-drop-connection"
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def error_response(error: WireError) -> JSONResponse:
+def error_response(error: WireError) -> JsonResponse:
     """The OpenAI error JSON with the error's status and headers."""
-    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+    return JsonResponse(error.body(), status_code=error.status, headers=error.headers)
 
 
 def redacted_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -74,25 +78,16 @@ class Api:
         self.api_key = api_key
         self.require_beta_header = require_beta_header
 
-    def routes(self) -> list[BaseRoute]:
-        """The routes, relative to the ``/v1`` mount."""
+    def routes(self, prefix: str = "/v1") -> list[BaseRoute]:
+        """The routes, under ``prefix``."""
+        sessions, one = f"{prefix}/agents/sessions", f"{prefix}/agents/sessions/{{session_id}}"
         return [
-            Route("/agents/sessions", self.endpoint("list", self.list_sessions), methods=["GET"]),
-            Route(
-                "/agents/sessions/{session_id}",
-                self.endpoint("retrieve", self.retrieve),
-                methods=["GET"],
+            RawRoute(sessions, self.endpoint("list", self.list_sessions), methods=["GET"]),
+            RawRoute(one, self.endpoint("retrieve", self.retrieve), methods=["GET"]),
+            RawRoute(
+                f"{one}/events", self.endpoint("events", self.create_events), methods=["POST"]
             ),
-            Route(
-                "/agents/sessions/{session_id}/events",
-                self.endpoint("events", self.create_events),
-                methods=["POST"],
-            ),
-            Route(
-                "/agents/sessions/{session_id}/events",
-                self.endpoint("stream", self.stream_events),
-                methods=["GET"],
-            ),
+            RawRoute(f"{one}/events", self.endpoint("stream", self.stream_events), methods=["GET"]),
         ]
 
     def endpoint(self, name: str, handler: Handler) -> Handler:
@@ -111,7 +106,8 @@ class Api:
             self.state.record_request(
                 RequestRecord(
                     method=request.method,
-                    path=request.url.path,
+                    path=display_path(request.scope),
+                    raw_path=raw_path(request.scope).decode("latin-1"),
                     query=request.url.query,
                     headers=redacted_headers(request.headers),
                     status=response.status_code,
@@ -155,13 +151,17 @@ class Api:
             )
 
     async def list_sessions(self, request: Request) -> Response:
-        """``GET /agents/sessions``: one cursor page."""
-        query = parse_list_query(request.query_params.multi_items())
-        return JSONResponse(self.state.list_page(query))
+        """``GET /agents/sessions``: one cursor page, or the ``list_garbage`` fault's body."""
+        query = parse_list_query(query_items(request.scope))
+        listed = self.state.list_page(query)
+        garbage = self.state.faults.list_garbage
+        if garbage is not None:
+            return Response(garbage_body(garbage, listed), media_type="application/json")
+        return JsonResponse(listed)
 
     async def retrieve(self, request: Request) -> Response:
         """``GET /agents/sessions/{id}``."""
-        return JSONResponse(self.state.session(request.path_params["session_id"]))
+        return JsonResponse(self.state.session(request.path_params["session_id"]))
 
     async def create_events(self, request: Request) -> Response:
         """``POST /agents/sessions/{id}/events``: 202 and no body, or an error."""
@@ -180,7 +180,7 @@ class Api:
         """``GET /agents/sessions/{id}/events``: server-sent events."""
         session_id = request.path_params["session_id"]
         self.state.session(session_id)  # a 404 must be an answer, not a broken stream
-        obfuscate = request.query_params.get("include_obfuscation", "true") != "false"
+        obfuscate = dict(query_items(request.scope)).get("include_obfuscation", "true") != "false"
         request.state.outcome = "stream"
         return StreamingResponse(
             session_events(self.state, session_id, obfuscate=obfuscate),
@@ -193,7 +193,7 @@ async def _json_body(request: Request) -> Any:
     raw = await request.body()
     try:
         return json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # nesting too deep for the parser is invalid too
         raise WireError(
             400,
             "We could not parse the JSON body of your request.",

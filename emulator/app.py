@@ -15,11 +15,11 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Mount
 from starlette.types import Message, Receive, Scope, Send
 
 from emulator.admin import Admin
 from emulator.api import DROP_HEADER, Api, error_response
+from emulator.paths import display_path
 from emulator.state import EmulatorState
 from emulator.wire import WireError
 
@@ -28,8 +28,9 @@ _DROP = DROP_HEADER.encode()
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     status = exc.status_code if isinstance(exc, HTTPException) else 500
-    message = {404: f"Invalid URL ({request.method} {request.url.path})"}.get(
-        status, f"{request.method} is not allowed on {request.url.path}"
+    path = display_path(request.scope)
+    message = {404: f"Invalid URL ({request.method} {path})"}.get(
+        status, f"{request.method} is not allowed on {path}"
     )
     return error_response(WireError(status, message, code="unknown_url" if status == 404 else None))
 
@@ -61,12 +62,12 @@ class EmulatorApp:
         self.state = state or EmulatorState()
         api = Api(self.state, api_key=api_key, require_beta_header=require_beta_header)
         self.starlette = Starlette(
-            routes=[
-                Mount("/v1", routes=api.routes()),
-                Mount("/_emulator", routes=Admin(self.state).routes()),
-            ],
+            routes=[*api.routes("/v1"), *Admin(self.state).routes("/_emulator")],
             exception_handlers={404: _http_error, 405: _http_error},
         )
+        # No trailing-slash redirects: starlette builds them from the decoded path, which
+        # mangles a hostile id, and an API answers an unknown URL with 404, not 307.
+        self.starlette.router.redirect_slashes = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one ASGI connection, dropping it instead of sending a marked answer."""

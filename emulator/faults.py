@@ -3,6 +3,9 @@
 Every random choice comes from one seeded :class:`random.Random`, so a test that sets
 ``seed`` sees the same faults on every run. ``budget`` caps how many faults are injected in
 total, which turns "fail twice, then work" into ``error_rate=1.0, budget=2``.
+
+The page faults (``list_repeat_cursor``, ``list_endless``, ``list_garbage``) are not dice:
+while set, they shape every answer of ``GET /agents/sessions`` (see ``emulator.pages``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any, Literal
 Endpoint = Literal["list", "retrieve", "events", "stream"]
 ENDPOINTS: frozenset[str] = frozenset({"list", "retrieve", "events", "stream"})
 Fault = Literal["error", "throttle"]
+#: The values of ``list_garbage``: no JSON, a body nested 5,000 deep, a bare array.
+GARBAGE_KINDS: frozenset[str] = frozenset({"not_json", "deep", "array"})
 
 
 def _rate(name: str, value: float) -> None:
@@ -43,6 +48,12 @@ class Faults:
         endpoints: Which endpoints the rates and latency apply to.
         budget: At most this many faults (500, 429, lost 202) in total; ``None``: no cap.
         seed: Seed of the random generator, reset whenever the faults are set.
+        list_repeat_cursor: Every list page ignores ``after``, repeats the first page's
+            items and says ``has_more: true``: a cursor that never advances.
+        list_endless: After the real sessions, list pages go on with fresh synthetic idle
+            sessions and ``has_more: true``, forever.
+        list_garbage: ``None``, or one of :data:`GARBAGE_KINDS`: every list answer is a
+            200 whose body is that garbage instead of the page (wins over the other two).
     """
 
     error_rate: float = 0.0
@@ -55,6 +66,9 @@ class Faults:
     endpoints: frozenset[str] = field(default=ENDPOINTS)
     budget: int | None = None
     seed: int = 0
+    list_repeat_cursor: bool = False
+    list_endless: bool = False
+    list_garbage: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("error_rate", "throttle_rate", "lost_202_rate"):
@@ -67,6 +81,14 @@ class Faults:
             raise ValueError(f"unknown endpoints {sorted(unknown)}; known: {sorted(ENDPOINTS)}")
         if self.budget is not None and self.budget < 0:
             raise ValueError("budget must not be negative")
+        for name in ("list_repeat_cursor", "list_endless"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false")
+        if self.list_garbage is not None and self.list_garbage not in GARBAGE_KINDS:
+            raise ValueError(
+                f"list_garbage must be null or one of {sorted(GARBAGE_KINDS)}, "
+                f"got {self.list_garbage!r}"
+            )
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Faults:

@@ -19,6 +19,10 @@ import uvicorn
 from emulator.app import EmulatorApp
 from emulator.state import EmulatorState
 
+#: Bytes a request line plus headers may take. h11's default (16 KiB) refuses the URL of a
+#: 10,000-character id, which percent-encoding can grow twelvefold (a 4-byte emoji is 12).
+MAX_REQUEST_HEAD = 4 * 1024 * 1024
+
 
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -62,6 +66,7 @@ class EmulatorServer:
             lifespan="off",
             access_log=False,
             timeout_graceful_shutdown=graceful_timeout,
+            h11_max_incomplete_event_size=MAX_REQUEST_HEAD,
         )
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None

@@ -1,4 +1,9 @@
-"""One emulated session and the cursor page over many; no locking here, the state locks."""
+"""One emulated session; no locking here, the state locks.
+
+Besides its plain fields a session may hold raw JSON texts (see ``emulator.jsontext``):
+``raw`` fields served in place of (or next to) its own, and raw required actions, each
+standing for one ``function_call`` identity so an answer to it is accepted like any other.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,54 @@ import copy
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from emulator.validation import ListQuery
-from emulator.wire import JSON, ActionKey, WireError, action_key, agent_json, default_tools
+from emulator.jsontext import RawJson
+from emulator.wire import FUNCTION_CALL, JSON, ActionKey, action_key, agent_json, default_tools
+
+_RAW_ACTION_KEYS = frozenset({"json", "turn_id", "call_id"})
+
+
+@dataclass(frozen=True)
+class RawAction:
+    """A required action served as raw JSON text, answerable as the call it names.
+
+    Attributes:
+        json: The action's JSON text, appended verbatim to ``required_actions``.
+        turn_id: The ``turn_id`` an answer must carry.
+        call_id: The ``call_id`` an answer must carry.
+    """
+
+    json: RawJson
+    turn_id: str
+    call_id: str
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> RawAction:
+        """Build from ``{"json": <text>, "turn_id": ..., "call_id": ...}``, strictly."""
+        if not isinstance(spec, Mapping) or set(spec) != _RAW_ACTION_KEYS:
+            raise ValueError(f"a raw action needs exactly the keys {sorted(_RAW_ACTION_KEYS)}")
+        for name in ("turn_id", "call_id"):
+            if not isinstance(spec[name], str) or not spec[name]:
+                raise ValueError(f"a raw action's {name!r} must be a non-empty string")
+        return cls(RawJson(spec["json"]), spec["turn_id"], spec["call_id"])
+
+    @property
+    def key(self) -> ActionKey:
+        """The identity an answer refers to, as for a plain ``function_call``."""
+        return (FUNCTION_CALL, self.turn_id, self.call_id)
+
+
+def raw_fields(raw: Mapping[str, str] | None) -> dict[str, RawJson]:
+    """Validate ``{field: <raw JSON text>}`` into the form a session keeps."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ValueError("'raw' must map field names to raw JSON texts")
+    for name in raw:
+        if not isinstance(name, str):
+            raise ValueError(f"a raw field name must be a string, got {name!r}")
+    return {name: RawJson(text) for name, text in raw.items()}
 
 
 @dataclass
@@ -33,6 +83,8 @@ class Session:
     created_at: int
     last_active_at: int
     required_actions: list[JSON] = field(default_factory=list)
+    raw_actions: list[RawAction] = field(default_factory=list)
+    raw: dict[str, RawJson] = field(default_factory=dict)
     answered: set[ActionKey] = field(default_factory=set)
     clears: list[_PendingClear] = field(default_factory=list)
     busy_until: float = 0.0
@@ -60,21 +112,31 @@ class Session:
             last_active_at=now,
         )
 
-    def add_actions(self, actions: Iterable[JSON]) -> None:
-        """Append actions, ignoring ones already present (same identity)."""
-        present = {action_key(a) for a in self.required_actions}
+    def add_actions(self, actions: Iterable[JSON], raw_actions: Iterable[RawAction] = ()) -> None:
+        """Append actions, ignoring ones already present (same identity, plain or raw)."""
+        present = self._keys()
         for action in actions:
             if "type" not in action:
                 raise ValueError(f"a required action needs a 'type': {action!r}")
             if action_key(action) not in present:
                 self.required_actions.append(copy.deepcopy(dict(action)))
                 present.add(action_key(action))
-        self.busy_until = 0.0 if self.required_actions else self.busy_until
+        for raw in raw_actions:
+            if raw.key not in present:
+                self.raw_actions.append(raw)
+                present.add(raw.key)
+        self.busy_until = 0.0 if self._has_actions() else self.busy_until
         self._touch()
+
+    def _keys(self) -> set[ActionKey]:
+        return {action_key(a) for a in self.required_actions} | {r.key for r in self.raw_actions}
+
+    def _has_actions(self) -> bool:
+        return bool(self.required_actions or self.raw_actions)
 
     def pending_keys(self) -> set[ActionKey]:
         """Actions still waiting for an answer (listed and not answered by a batch)."""
-        return {action_key(a) for a in self.required_actions} - self.answered
+        return self._keys() - self.answered
 
     def accept(self, keys: set[ActionKey], due: float, cancel: bool, starts_turn: bool) -> None:
         """Register an accepted batch; its effect shows once ``due`` passes."""
@@ -92,18 +154,20 @@ class Session:
         self._touch()
 
     def _apply(self, clear: _PendingClear, now: float, turn_duration: float) -> None:
-        before = len(self.required_actions)
+        before = self._has_actions()
         if clear.cancel:
             self.required_actions.clear()
+            self.raw_actions.clear()
             self.answered.clear()
             self.busy_until = 0.0
             return
         self.required_actions = [
             a for a in self.required_actions if action_key(a) not in clear.keys
         ]
+        self.raw_actions = [r for r in self.raw_actions if r.key not in clear.keys]
         self.answered -= clear.keys
-        finished = before > 0 and not self.required_actions
-        if finished or (clear.starts_turn and not self.required_actions):
+        finished = before and not self._has_actions()
+        if finished or (clear.starts_turn and not self._has_actions()):
             self.busy_until = now + turn_duration
 
     def _touch(self) -> None:
@@ -114,18 +178,25 @@ class Session:
         """The status the API reports, derived from the actions and the emulated turn."""
         if self.error is not None:
             return "failed"
-        if self.required_actions:
+        if self._has_actions():
             return "requires_action"
         return "in_progress" if now < self.busy_until else "idle"
 
     def to_json(self, now: float) -> JSON:
-        """The ``agent.session`` object, with every field the SDK requires."""
+        """The ``agent.session`` object, with every field the SDK requires.
+
+        Raw fields replace the session's own (keeping their place) or follow them; raw
+        actions follow the plain ones. Both stay :class:`RawJson` values here, spliced
+        verbatim when the object is rendered.
+        """
         tools = self.tools if self.tools is not None else default_tools(self.required_actions)
-        return {
+        actions: list[Any] = copy.deepcopy(self.required_actions)
+        actions.extend(r.json for r in self.raw_actions)
+        data: JSON = {
             "id": self.id,
             "object": "agent.session",
             "status": self.status(now),
-            "required_actions": copy.deepcopy(self.required_actions),
+            "required_actions": actions,
             "metadata": dict(self.metadata),
             "created_at": self.created_at,
             "last_active_at": self.last_active_at,
@@ -135,33 +206,5 @@ class Session:
             "usage": None,
             "vault_ids": [],
         }
-
-
-def _matches(session: Session, query: ListQuery) -> bool:
-    if query.agent_id is not None and session.agent_id != query.agent_id:
-        return False
-    return all(session.metadata.get(k) == v for k, v in query.metadata.items())
-
-
-def page(sessions: list[Session], query: ListQuery, now: float, turn_duration: float) -> JSON:
-    """One page of ``GET /agents/sessions``, ordered by creation, after the cursor."""
-    ordered = sorted(sessions, key=lambda s: s.seq, reverse=query.order == "desc")
-    if query.after is not None:
-        ids = [s.id for s in ordered]
-        if query.after not in ids:
-            raise WireError(
-                400, f"Invalid 'after': no session with id '{query.after}'.", param="after"
-            )
-        ordered = ordered[ids.index(query.after) + 1 :]
-    matching = [s for s in ordered if _matches(s, query)]
-    chosen = matching[: query.limit]
-    for session in chosen:
-        session.settle(now, turn_duration)
-    data = [s.to_json(now) for s in chosen]
-    return {
-        "object": "list",
-        "data": data,
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-        "has_more": len(matching) > len(chosen),
-    }
+        data.update(self.raw)
+        return data

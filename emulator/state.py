@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emulator.faults import FaultInjector, Faults
-from emulator.sessions import Session, page
+from emulator.pages import page
+from emulator.sessions import RawAction, Session, raw_fields
 from emulator.validation import ListQuery, answered_key, check_pending, check_shape
 from emulator.wire import JSON, WireError, new_id
 
@@ -53,7 +54,11 @@ class AcceptedBatch:
 
 @dataclass(frozen=True)
 class RequestRecord:
-    """One request to the ``/v1`` API and how the emulator answered it."""
+    """One request to the ``/v1`` API and how the emulator answered it.
+
+    ``path`` is percent-decoded for reading (an id's ``/`` shows as ``/``); ``raw_path`` is
+    the path as sent, which tells an id's ``%2F`` from a separator.
+    """
 
     method: str
     path: str
@@ -61,6 +66,7 @@ class RequestRecord:
     headers: dict[str, str]
     status: int | None
     outcome: str
+    raw_path: str = ""
     at: float = field(default_factory=time.time)
 
     @property
@@ -73,6 +79,7 @@ class RequestRecord:
         return {
             "method": self.method,
             "path": self.path,
+            "raw_path": self.raw_path,
             "query": self.query,
             "headers": self.headers,
             "status": self.status,
@@ -82,8 +89,9 @@ class RequestRecord:
 
 
 def _fingerprint(session_id: str, body: Any) -> str:
-    text = json.dumps([session_id, body], sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+    # ASCII text, so ids and bodies holding lone surrogates hash as well as any other.
+    text = json.dumps([session_id, body], sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 class EmulatorState:
@@ -126,33 +134,50 @@ class EmulatorState:
         tools: Iterable[JSON] | None = None,
         status: str | None = None,
         error: str | None = None,
+        raw: Mapping[str, str] | None = None,
+        raw_actions: Iterable[Mapping[str, str]] = (),
     ) -> JSON:
         """Add a session; without actions it is ``idle`` (or the given ``status``).
 
         ``status`` may force ``in_progress`` (a turn running until actions are added) or
-        ``failed`` (with ``error``); otherwise it follows from the actions.
+        ``failed`` (with ``error``); otherwise it follows from the actions. ``raw`` maps
+        field names to JSON texts served verbatim instead of (or besides) the session's own
+        fields; ``raw_actions`` are ``{"json", "turn_id", "call_id"}`` required actions
+        served verbatim and answerable as that call. In the returned dict both appear as
+        ``RawJson`` values.
         """
+        fields, raws = raw_fields(raw), [RawAction.from_spec(a) for a in raw_actions]
         with self._lock:
             sid = session_id or new_id("sess")
             if sid in self._sessions:
                 raise ValueError(f"session {sid} exists already")
-            self._seq += 1
-            session = Session.new(sid, self._seq, agent_id, metadata or {}, tools)
-            session.add_actions(required_actions)
+            session = Session.new(sid, self._seq + 1, agent_id, metadata or {}, tools)
+            session.add_actions(required_actions, raws)
+            session.raw = fields
             if status == "in_progress":
                 session.busy_until = float("inf")
             elif status == "failed":
                 session.error = error or "The session failed (emulated)."
             elif status not in {None, "idle", "requires_action"}:
                 raise ValueError(f"cannot create a session with status {status!r}")
+            self._seq += 1
             self._sessions[sid] = session
             return session.to_json(self.clock())
 
-    def add_actions(self, session_id: str, actions: Iterable[JSON]) -> JSON:
-        """Append required actions (a new turn, a sub-agent's calls) to a session."""
+    def add_actions(
+        self,
+        session_id: str,
+        actions: Iterable[JSON],
+        raw_actions: Iterable[Mapping[str, str]] = (),
+    ) -> JSON:
+        """Append required actions (a new turn, a sub-agent's calls) to a session.
+
+        ``raw_actions`` are as for :meth:`create_session`.
+        """
+        raws = [RawAction.from_spec(a) for a in raw_actions]
         with self._lock:
             session = self._get(session_id)
-            session.add_actions(actions)
+            session.add_actions(actions, raws)
             return session.to_json(self.clock())
 
     def set_faults(self, faults: Faults | None = None, **knobs: Any) -> Faults:
@@ -194,10 +219,16 @@ class EmulatorState:
             return [b for b in self._batches if session_id in (None, b.session_id)]
 
     def requests(self, path_contains: str = "", method: str | None = None) -> list[RequestRecord]:
-        """Every ``/v1`` request received, including faulted ones, oldest first."""
+        """Every ``/v1`` request received, including faulted ones, oldest first.
+
+        ``path_contains`` matches the decoded ``path`` or the ``raw_path`` as sent.
+        """
         with self._lock:
             return [
-                r for r in self._requests if path_contains in r.path and method in (None, r.method)
+                r
+                for r in self._requests
+                if (path_contains in r.path or path_contains in r.raw_path)
+                and method in (None, r.method)
             ]
 
     # --- used by the HTTP app --------------------------------------------------------------
@@ -214,17 +245,22 @@ class EmulatorState:
             return injector.roll(endpoint), injector.latency(endpoint), injector.faults
 
     def list_page(self, query: ListQuery) -> JSON:
-        """One cursor page of sessions."""
+        """One cursor page of sessions, shaped by the page faults currently set."""
         with self._lock:
             sessions = list(self._sessions.values())
-            return page(sessions, query, self.clock(), self.turn_duration)
+            faults = self._injector.faults
+            return page(sessions, query, self.clock(), self.turn_duration, faults)
 
     def snapshot(self, session_id: str) -> tuple[JSON, tuple[int, str]]:
-        """The session JSON and a token that changes whenever the session visibly changes."""
+        """The session JSON and a token that changes whenever the session visibly changes.
+
+        The token's second part is the real status (a raw ``status`` field may serve
+        another): the server-sent events are named after it.
+        """
         with self._lock:
             session = self._get(session_id)
-            data = session.to_json(self.clock())
-            return data, (session.version, str(data["status"]))
+            now = self.clock()
+            return session.to_json(now), (session.version, session.status(now))
 
     def submit(
         self, session_id: str, body: Any, key: str | None, headers: Mapping[str, str]

@@ -4,6 +4,12 @@ The Agents API takes a string or a content array of ``input_text``/``input_image
 Tools should not have to care: they return plain Python values and pydantic models, and
 this module serializes them compactly and cuts what is too long, saying so in the output
 so that the model knows it saw only part of it.
+
+What leaves here is checked as strictly as the API checks it, so one tool's odd output
+fails that one call with a clear message instead of getting the whole batch refused: text
+holds no lone surrogates, empty text parts are dropped (the API refuses them), an image
+needs a non-empty ``http(s)`` or ``data:`` URL within the size limit, and a content array
+stays within its part and byte limits (:class:`handlers.limits.Limits`).
 """
 
 from __future__ import annotations
@@ -13,10 +19,13 @@ from typing import Any
 import pydantic_core
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from handlers.result import ContentPart, InputText, Output
+from handlers.limits import DEFAULT_LIMITS, Limits
+from handlers.result import ContentPart, InputImage, InputText, Output
+from handlers.text import scrub
 
 _CONTENT = TypeAdapter(list[ContentPart])
 _PART_TYPES = frozenset({"input_text", "input_image"})
+_IMAGE_SCHEMES = ("http://", "https://", "data:")
 
 
 class OutputError(ValueError):
@@ -28,15 +37,21 @@ def truncation_marker(original: int, kept: int) -> str:
     return f"\n[output truncated: {original} characters, showing the first {kept}]"
 
 
-def serialize(value: Any, max_chars: int) -> Output:
+def serialize(value: Any, max_chars: int, limits: Limits = DEFAULT_LIMITS) -> Output:
     """Serialize a tool's return value and cut it to ``max_chars`` characters of text.
 
     Raises:
-        OutputError: the value is a malformed content array or cannot be made JSON.
+        OutputError: the value is a malformed content array, breaks a content limit, or
+            cannot be made JSON.
     """
     if _looks_like_content(value):
-        return _truncate_parts(_validate_content(value), max_chars)
-    return truncate(_to_text(value), max_chars)
+        if len(value) > limits.content_parts:
+            raise OutputError(
+                f"a content array of {len(value):,} parts (at most {limits.content_parts:,})"
+            )
+        parts = _check_parts(_validate_content(value), limits)
+        return _truncate_parts(parts, max_chars) if parts else ""
+    return truncate(scrub(_to_text(value)), max_chars)
 
 
 def truncate(text: str, max_chars: int) -> str:
@@ -65,10 +80,12 @@ def _looks_like_content(value: Any) -> bool:
     return all(_part_type(item) in _PART_TYPES for item in value)
 
 
-def _part_type(item: Any) -> Any:
+def _part_type(item: Any) -> str | None:
     if isinstance(item, BaseModel):
-        return getattr(item, "type", None)
-    return item.get("type") if isinstance(item, dict) else None
+        kind = getattr(item, "type", None)
+    else:
+        kind = item.get("type") if isinstance(item, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def _validate_content(value: list[Any]) -> list[ContentPart]:
@@ -79,6 +96,39 @@ def _validate_content(value: list[Any]) -> list[ContentPart]:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise OutputError(f"invalid content part at {where}: {first['msg']}") from exc
+
+
+def _check_parts(parts: list[ContentPart], limits: Limits) -> list[ContentPart]:
+    """Scrubbed parts without empty texts; raises on an image or a size the API refuses."""
+    kept: list[ContentPart] = []
+    size = 0
+    for index, part in enumerate(parts):
+        if isinstance(part, InputText):
+            if not part.text:
+                continue
+            part = InputText(text=scrub(part.text))
+            size += len(part.text.encode())
+        else:
+            _check_image(part, index, limits)
+            size += len(part.image_url)
+        kept.append(part)
+    if size > limits.content_bytes:
+        raise OutputError(f"a content array of {size:,} bytes (at most {limits.content_bytes:,})")
+    return kept
+
+
+def _check_image(part: InputImage, index: int, limits: Limits) -> None:
+    url = part.image_url
+    if not url.startswith(_IMAGE_SCHEMES):
+        raise OutputError(f"part {index}: image_url must be an http(s) or data: URL")
+    if len(url) > limits.image_url_chars:
+        raise OutputError(
+            f"part {index}: an image_url of {len(url):,} characters "
+            f"(at most {limits.image_url_chars:,})"
+        )
+    scrubbed = scrub(url)
+    if scrubbed != url:
+        raise OutputError(f"part {index}: image_url holds characters no URL can")
 
 
 def _truncate_parts(parts: list[ContentPart], max_chars: int) -> list[ContentPart]:

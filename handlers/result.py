@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from handlers.text import scrub
+
 
 class Outcome(StrEnum):
     """How a call ended; one label per error mapping, so each can be counted."""
@@ -25,6 +27,8 @@ class Outcome(StrEnum):
     BAD_OUTPUT = "bad_output"
     OUTCOME_UNKNOWN = "outcome_unknown"
     POISON = "poison"
+    REFUSED = "refused"
+    """The API refused the result as sent; an error explaining that went in its place."""
 
 
 class InputText(BaseModel):
@@ -60,14 +64,24 @@ class CallResult(BaseModel):
 
     @classmethod
     def ok(cls, output: Output) -> CallResult:
-        """A successful result carrying an already serialized output."""
+        """A successful result carrying an already serialized (and scrubbed) output."""
+        if isinstance(output, str):
+            output = scrub(output)
         return cls(success=True, outcome=Outcome.OK, output=output)
 
     @classmethod
     def fail(cls, outcome: Outcome, error: str) -> CallResult:
-        """A failed result whose ``error`` is written for the model."""
-        return cls(success=False, outcome=outcome, error=error)
+        """A failed result whose ``error`` is written for the model (never empty)."""
+        return cls(success=False, outcome=outcome, error=scrub(error) or EMPTY_ERROR)
 
     def to_json_dict(self) -> dict[str, Any]:
         """The JSON-safe form stored in the ledger and returned by Celery tasks."""
         return self.model_dump(mode="json", exclude_none=True)
+
+    def stored(self) -> str:
+        """The JSON text the ledger keeps."""
+        return self.model_dump_json(exclude_none=True)
+
+
+#: The error sent for a failure whose own message was empty: the API refuses an empty one.
+EMPTY_ERROR = "The function failed without saying why."

@@ -15,20 +15,28 @@ from typing import Any
 from pydantic import BaseModel
 
 from handlers.errors import ToolError
+from handlers.limits import DEFAULT_LIMITS, Limits
 from handlers.output import OutputError, serialize
 from handlers.registry import Registry
 from handlers.result import CallResult, Outcome
+from handlers.text import clip, shown
 from handlers.threads import RUNNERS, CallTimeout
 from handlers.tool import RUN_AGAIN, InvalidArguments, Tool
 
 log = logging.getLogger("toolfan.handlers")
 
 
-def unknown_function(registry: Registry, name: str) -> CallResult:
+def failed(outcome: Outcome, message: str, limits: Limits = DEFAULT_LIMITS) -> CallResult:
+    """A failed result whose message is cut to the error limit (it may quote anything)."""
+    return CallResult.fail(outcome, clip(message, limits.error_chars))
+
+
+def unknown_function(registry: Registry, name: str, limits: Limits = DEFAULT_LIMITS) -> CallResult:
     """The result for a call naming a function that is not registered."""
     available = ", ".join(registry.names()) or "(none)"
-    return CallResult.fail(
-        Outcome.UNKNOWN_FUNCTION, f"Unknown function {name!r}. Available: {available}"
+    shown = name if len(name) <= 200 else f"{name[:200]}..."
+    return failed(
+        Outcome.UNKNOWN_FUNCTION, f"Unknown function {shown!r}. Available: {available}", limits
     )
 
 
@@ -40,31 +48,50 @@ def outcome_unknown(tool: Tool[Any, Any]) -> CallResult:
     )
 
 
+def invalid_arguments(
+    tool_name: str, problem: str, context: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS
+) -> CallResult:
+    """The failed result for arguments refused before (or instead of) validation."""
+    log.info(
+        "%s invalid arguments: %s",
+        where(context),
+        problem,
+        extra=_extra(context, Outcome.INVALID_ARGUMENTS),
+    )
+    return failed(
+        Outcome.INVALID_ARGUMENTS, f"Invalid arguments for {tool_name}: {problem}", limits
+    )
+
+
 def parse_arguments(
-    tool: Tool[Any, Any], arguments: Any, context: Mapping[str, Any]
+    tool: Tool[Any, Any],
+    arguments: Any,
+    context: Mapping[str, Any],
+    limits: Limits = DEFAULT_LIMITS,
 ) -> BaseModel | CallResult:
     """Validated arguments, or the failed result explaining what is wrong with them."""
     try:
-        return tool.parse(arguments)
+        return tool.parse(arguments, limits)
     except InvalidArguments as exc:
-        log.info(
-            "%s invalid arguments: %s",
-            where(context),
-            exc,
-            extra=_extra(context, Outcome.INVALID_ARGUMENTS),
-        )
-        return CallResult.fail(
-            Outcome.INVALID_ARGUMENTS, f"Invalid arguments for {tool.name}: {exc}"
-        )
+        return invalid_arguments(tool.name, str(exc), context, limits)
 
 
-def run_call(tool: Tool[Any, Any], args: BaseModel, context: Mapping[str, Any]) -> CallResult:
+def run_call(
+    tool: Tool[Any, Any],
+    args: BaseModel,
+    context: Mapping[str, Any],
+    limits: Limits = DEFAULT_LIMITS,
+) -> CallResult:
     """Invoke the tool with validated arguments under its timeout; never raises."""
-    return _guard(tool, lambda: tool.fn(**tool.args.call_kwargs(args)), tool.is_async, context)
+    call = lambda: tool.fn(**tool.args.call_kwargs(args))  # noqa: E731
+    return _guard(tool, call, tool.is_async, context, limits)
 
 
 def run_reconcile(
-    tool: Tool[Any, Any], args: BaseModel, context: Mapping[str, Any]
+    tool: Tool[Any, Any],
+    args: BaseModel,
+    context: Mapping[str, Any],
+    limits: Limits = DEFAULT_LIMITS,
 ) -> CallResult | None:
     """Ask a non-idempotent tool's ``reconcile`` hook what became of an interrupted call.
 
@@ -83,7 +110,7 @@ def run_reconcile(
         return verdict
 
     try:
-        return _guard(tool, ask, False, context)
+        return _guard(tool, ask, False, context, limits)
     except _RunAgain:
         return None
 
@@ -93,19 +120,24 @@ class _RunAgain(BaseException):
 
 
 def _guard(
-    tool: Tool[Any, Any], call: Callable[[], Any], is_async: bool, context: Mapping[str, Any]
+    tool: Tool[Any, Any],
+    call: Callable[[], Any],
+    is_async: bool,
+    context: Mapping[str, Any],
+    limits: Limits,
 ) -> CallResult:
     try:
         value = _with_timeout(call, tool.timeout, is_async)
-        return CallResult.ok(serialize(value, tool.max_output_chars))
+        return CallResult.ok(serialize(value, tool.max_output_chars, limits))
     except ToolError as exc:
+        message = exc.message if isinstance(exc.message, str) else safe_str(exc.message)
         log.info(
             "%s tool error: %s",
             where(context),
-            exc.message,
+            message,
             extra=_extra(context, Outcome.TOOL_ERROR),
         )
-        return CallResult.fail(Outcome.TOOL_ERROR, exc.message)
+        return failed(Outcome.TOOL_ERROR, message, limits)
     except CallTimeout:
         log.warning(
             "%s timed out after %g s",
@@ -113,8 +145,8 @@ def _guard(
             tool.timeout,
             extra=_extra(context, Outcome.TIMEOUT),
         )
-        return CallResult.fail(
-            Outcome.TIMEOUT, f"Function {tool.name!r} timed out after {tool.timeout:g} s"
+        return failed(
+            Outcome.TIMEOUT, f"Function {tool.name!r} timed out after {tool.timeout:g} s", limits
         )
     except OutputError as exc:
         log.error(
@@ -123,27 +155,51 @@ def _guard(
             exc,
             extra=_extra(context, Outcome.BAD_OUTPUT),
         )
-        return CallResult.fail(
-            Outcome.BAD_OUTPUT, f"Function {tool.name!r} returned an unusable output: {exc}"
+        return failed(
+            Outcome.BAD_OUTPUT,
+            f"Function {tool.name!r} returned an unusable output: {exc}",
+            limits,
         )
-    except Exception as exc:
-        log.exception(
-            "%s function raised", where(context), extra=_extra(context, Outcome.EXCEPTION)
+    except (Exception, RecursionError, MemoryError) as exc:
+        log.error(
+            "%s function raised %s",
+            where(context),
+            type(exc).__name__,
+            exc_info=not isinstance(exc, MemoryError | RecursionError),
+            extra=_extra(context, Outcome.EXCEPTION),
         )
-        return CallResult.fail(
-            Outcome.EXCEPTION, f"Function {tool.name!r} failed: {type(exc).__name__}: {exc}"
+        return failed(
+            Outcome.EXCEPTION,
+            f"Function {tool.name!r} failed: {type(exc).__name__}: {safe_str(exc)}",
+            limits,
         )
+
+
+def safe_str(value: object) -> str:
+    """``str(value)``, or a stand-in when its ``__str__`` itself fails (hostile objects)."""
+    try:
+        text = str(value)
+    except Exception as exc:  # a broken __str__ must not turn one failure into two
+        return f"<unprintable {type(value).__name__}: {type(exc).__name__}>"
+    return text if isinstance(text, str) else f"<unprintable {type(value).__name__}>"
+
+
+#: Seconds an async tool's event loop gets after its timeout to finish cancelling.
+CANCEL_GRACE = 1.0
 
 
 def _with_timeout(call: Callable[[], Any], timeout: float, is_async: bool) -> Any:
-    """Run ``call`` and return its value, or raise :class:`CallTimeout`.
+    """Run ``call`` in a runner thread and return its value, or raise :class:`CallTimeout`.
 
-    Coroutines are cancelled at the deadline. Plain functions run in a daemon thread that
-    is abandoned at the deadline (Python cannot stop a thread): its eventual value is
-    discarded, and the task's hard time limit remains the backstop for runaway code.
+    Coroutines run on their own event loop in that thread and are cancelled at the
+    deadline. A function (or a coroutine blocking its loop) that overruns is abandoned:
+    the runner pool tries to stop it and reports it when it will not stop (see
+    :mod:`handlers.threads`), and the task's hard time limit remains the backstop.
     """
     if is_async:
-        return asyncio.run(_await_with_timeout(call, timeout))
+        return RUNNERS.run(
+            lambda: asyncio.run(_await_with_timeout(call, timeout)), timeout + CANCEL_GRACE
+        )
     return RUNNERS.run(call, timeout)
 
 
@@ -155,8 +211,12 @@ async def _await_with_timeout(call: Callable[[], Any], timeout: float) -> Any:
 
 
 def where(context: Mapping[str, Any]) -> str:
-    """The ids of a call as ``key=value`` pairs, so plain-text log lines carry them too."""
-    return " ".join(f"{k}={v}" for k, v in context.items())
+    """The ids of a call as ``key=value`` pairs, so plain-text log lines carry them too.
+
+    Values other than plain tokens are shown as Python literals (quoted, escaped, cut),
+    so an id holding a newline or ``=`` cannot forge a log line or a field.
+    """
+    return " ".join(f"{k}={shown(v)}" for k, v in context.items())
 
 
 def _extra(context: Mapping[str, Any], outcome: Outcome) -> dict[str, Any]:

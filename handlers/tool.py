@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,7 +10,9 @@ from typing import Any, Final, Generic, ParamSpec, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from handlers import jsonsafe
 from handlers.errors import RegistryError
+from handlers.limits import DEFAULT_LIMITS, Limits
 from handlers.schema import parameters_schema
 from handlers.signature import ArgsSpec
 
@@ -82,14 +83,20 @@ class Tool(Generic[P, R]):
             "defer_loading": self.defer_loading,
         }
 
-    def parse(self, arguments: Any) -> BaseModel:
+    def parse(self, arguments: Any, limits: Limits = DEFAULT_LIMITS) -> BaseModel:
         """Validate raw call arguments (a JSON object, or a string holding one).
+
+        Size and nesting are checked before anything else reads the arguments, so a
+        hostile value costs one clear refusal, never a crash of the parser or validator.
 
         Raises:
             InvalidArguments: with a message naming every invalid field and why.
         """
         if isinstance(arguments, str | bytes):
-            arguments = _decode(arguments)
+            arguments = _decode(arguments, limits)
+        problem = jsonsafe.check(arguments, max_depth=limits.depth, max_bytes=limits.argument_bytes)
+        if problem is not None:
+            raise InvalidArguments(problem)
         if not isinstance(arguments, dict):
             raise InvalidArguments(f"expected a JSON object, got {_json_type(arguments)}")
         try:
@@ -113,11 +120,21 @@ def _check_options(tool: Tool[Any, Any]) -> None:
         raise RegistryError(f"tool {tool.name!r}: reconcile must be a plain (not async) function")
 
 
-def _decode(text: str | bytes) -> Any:
+def _decode(text: str | bytes, limits: Limits) -> Any:
+    size = len(text) if isinstance(text, bytes) else _utf8_size(text, limits.argument_bytes)
+    if size > limits.argument_bytes:
+        raise InvalidArguments(f"{size:,} bytes (at most {limits.argument_bytes:,})")
     try:
-        return json.loads(text)
+        return jsonsafe.loads(text, max_depth=limits.depth)
     except ValueError as exc:
         raise InvalidArguments(f"not valid JSON ({exc})") from exc
+
+
+def _utf8_size(text: str, limit: int) -> int:
+    """The UTF-8 size of ``text``, or a lower bound of it already over ``limit``."""
+    if len(text) > limit or len(text) * 4 <= limit:
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _json_type(value: Any) -> str:
@@ -125,9 +142,21 @@ def _json_type(value: Any) -> str:
     return names.get(type(value), "a number" if isinstance(value, int | float) else "a value")
 
 
+#: Validation errors named in one message at most, and characters of a field name shown.
+_MAX_ERRORS, _MAX_NAME = 20, 60
+
+
 def _describe_errors(exc: ValidationError) -> str:
+    """Every invalid field and why, with hostile field names (100 KB keys) cut short."""
+    errors = exc.errors(include_url=False)
     parts = []
-    for error in exc.errors(include_url=False):
-        where = ".".join(str(p) for p in error["loc"]) or "arguments"
+    for error in errors[:_MAX_ERRORS]:
+        where = ".".join(_name(str(p)) for p in error["loc"]) or "arguments"
         parts.append(f"{where}: {error['msg']}")
+    if len(errors) > _MAX_ERRORS:
+        parts.append(f"and {len(errors) - _MAX_ERRORS:,} more")
     return "; ".join(parts)
+
+
+def _name(part: str) -> str:
+    return part if len(part) <= _MAX_NAME else f"{part[:_MAX_NAME]}... ({len(part):,} characters)"

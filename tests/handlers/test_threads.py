@@ -68,3 +68,46 @@ def test_a_forked_child_starts_its_own_threads():
             os._exit(2)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_an_overrun_loop_is_stopped_and_its_thread_never_reused():
+    pool = RunnerPool()
+    ticks = [0]
+
+    def spin() -> None:
+        while True:
+            ticks[0] += 1
+
+    with pytest.raises(CallTimeout):
+        pool.run(spin, 0.1)
+    time.sleep(0.1)
+    stopped_at = ticks[0]
+    time.sleep(0.2)
+    assert ticks[0] == stopped_at, "the runaway loop kept running"
+    assert pool.stuck() == 0
+    assert pool.run(lambda: "next", 1.0) == "next"
+
+
+def test_a_call_that_will_not_stop_is_reported_stuck():
+    pool = RunnerPool()
+    told: list[bool] = []
+    pool.on_stuck = lambda: told.append(True)
+    release = threading.Event()
+
+    def stubborn() -> None:
+        while not release.is_set():
+            try:
+                while not release.is_set():
+                    pass
+            except BaseException:
+                continue
+
+    with pytest.raises(CallTimeout):
+        pool.run(stubborn, 0.1)
+    assert told == [True]
+    assert pool.stuck() == 1
+    release.set()
+    wait = time.monotonic() + 5
+    while pool.stuck() and time.monotonic() < wait:
+        time.sleep(0.05)
+    assert pool.stuck() == 0

@@ -61,6 +61,8 @@ class EmulatorApp:
     ) -> None:
         self.state = state or EmulatorState()
         api = Api(self.state, api_key=api_key, require_beta_header=require_beta_header)
+        #: The API endpoints; ``api.api_key`` may be changed while serving (a revoked key).
+        self.api = api
         self.starlette = Starlette(
             routes=[*api.routes("/v1"), *Admin(self.state).routes("/_emulator")],
             exception_handlers={404: _http_error, 405: _http_error},

@@ -54,6 +54,9 @@ class Faults:
             sessions and ``has_more: true``, forever.
         list_garbage: ``None``, or one of :data:`GARBAGE_KINDS`: every list answer is a
             200 whose body is that garbage instead of the page (wins over the other two).
+        refuse_text: ``None``, or a text: a batch holding a tool result whose output (or
+            any text part of it) or error contains it is refused with 400, ``param``
+            naming that event, as a content check no client can foresee would.
     """
 
     error_rate: float = 0.0
@@ -69,6 +72,7 @@ class Faults:
     list_repeat_cursor: bool = False
     list_endless: bool = False
     list_garbage: str | None = None
+    refuse_text: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("error_rate", "throttle_rate", "lost_202_rate"):
@@ -84,6 +88,10 @@ class Faults:
         for name in ("list_repeat_cursor", "list_endless"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false")
+        if self.refuse_text is not None and not (
+            isinstance(self.refuse_text, str) and self.refuse_text
+        ):
+            raise ValueError("refuse_text must be null or a non-empty string")
         if self.list_garbage is not None and self.list_garbage not in GARBAGE_KINDS:
             raise ValueError(
                 f"list_garbage must be null or one of {sorted(GARBAGE_KINDS)}, "

@@ -22,7 +22,13 @@ from typing import Any
 from emulator.faults import FaultInjector, Faults
 from emulator.pages import page
 from emulator.sessions import RawAction, Session, raw_fields
-from emulator.validation import ListQuery, answered_key, check_pending, check_shape
+from emulator.validation import (
+    ListQuery,
+    answered_key,
+    check_pending,
+    check_shape,
+    refuse_content,
+)
 from emulator.wire import JSON, WireError, new_id
 
 #: The request log keeps the most recent requests only, so long demos stay bounded in memory.
@@ -285,6 +291,7 @@ class EmulatorState:
                     )
                 return True, False
             events = check_shape(body)
+            refuse_content(events, self._injector.faults.refuse_text)
             if session.error is not None:
                 raise WireError(409, f"Session '{session_id}' has failed.", code="session_failed")
             check_pending(session_id, events, session.pending_keys())

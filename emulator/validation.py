@@ -195,6 +195,24 @@ def check_shape(body: Any) -> list[JSON]:
     return checked
 
 
+def refuse_content(events: Iterable[JSON], text: str | None) -> None:
+    """The ``refuse_text`` fault: refuse the first tool result holding ``text``."""
+    if text is None:
+        return
+    for i, event in enumerate(events):
+        if event.get("type") != TOOL_RESULT:
+            continue
+        field = "output" if event["success"] else "error"
+        value = event.get(field)
+        parts = [value] if isinstance(value, str) else [p.get("text") for p in value or []]
+        if any(isinstance(p, str) and text in p for p in parts):
+            raise _bad(
+                f"Invalid '{f'events[{i}].{field}'}': the content was refused (emulated).",
+                f"events[{i}].{field}",
+                "content_refused",
+            )
+
+
 def check_pending(session_id: str, events: Iterable[JSON], pending: set[ActionKey]) -> None:
     """Reject answers to actions the session is not waiting for (answered, or never asked)."""
     for i, event in enumerate(events):

@@ -90,3 +90,26 @@ def test_an_answer_not_pending_is_named_by_its_index(http: httpx.Client, session
 
     assert response.status_code == 409
     assert response.json()["error"]["param"] == "events[2]"
+
+
+def test_refuse_text_refuses_the_batch_naming_the_event_that_holds_it(emu, http):
+    sid = emu.state.create_session(
+        [function_call("add", {}, turn_id="t", call_id=c) for c in ("a", "b")]
+    )["id"]
+    emu.state.set_faults(refuse_text="forbidden")
+    events = [
+        {"type": RESULT["type"], "turn_id": "t", "call_id": "a", "success": True, "output": "ok"},
+        {
+            "type": RESULT["type"],
+            "turn_id": "t",
+            "call_id": "b",
+            "success": True,
+            "output": [{"type": "input_text", "text": "a forbidden word"}],
+        },
+    ]
+    refused = http.post(f"/agents/sessions/{sid}/events", json={"events": events})
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "events[1].output"
+    assert emu.state.batches() == []
+    events[1]["output"] = "fine"
+    assert http.post(f"/agents/sessions/{sid}/events", json={"events": events}).status_code == 202

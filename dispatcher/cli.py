@@ -38,9 +38,95 @@ def _cmd_worker(args: argparse.Namespace, rest: list[str]) -> int:
     from celery import maybe_patch_concurrency
 
     maybe_patch_concurrency(["celery", "worker", *rest])  # gevent/eventlet: before any import
-    from tasks.worker import run_worker
+    from dispatcher.check import check_settings, refusal
 
+    loaded = check_settings()  # first: a bad setting fails the import of the Celery app
+    if refusal(loaded) is not None:
+        print(refusal(loaded), file=sys.stderr, flush=True)
+        return 2
+    from tasks.worker import run_worker, serves_control_queues
+
+    # Only a worker on toolfan.submit or toolfan.poll talks to the API.
+    if not _preflight(api=serves_control_queues(rest)):
+        return 2
     return run_worker(rest)
+
+
+def _preflight(*, api: bool, warn: bool = True) -> bool:
+    """Run the configuration checks; False (after one line on stderr) if one is fatal.
+
+    ``warn=False`` keeps a passing start silent about an API that did not answer: a
+    ``poll --once`` pass reports that itself, in its one line for cron.
+    """
+    from dispatcher.check import refusal, run_checks
+
+    findings = run_checks(api=api)
+    for finding in findings:
+        if warn and not finding.ok and not finding.fatal:
+            print(f"toolfan: warning: {finding.message}", file=sys.stderr, flush=True)
+    refused = refusal(findings)
+    if refused is not None:
+        print(refused, file=sys.stderr, flush=True)
+        return False
+    return True
+
+
+def _cmd_check(args: argparse.Namespace, rest: list[str]) -> int:
+    """Check the settings, Redis, the broker and the API; exit 2 if a setting is wrong."""
+    from dispatcher.check import refusal, run_checks
+
+    findings = run_checks(api=not args.no_api)
+    for finding in findings:
+        print(finding.line())
+    refused = refusal(findings)
+    if refused is not None:
+        print(refused, file=sys.stderr)
+        return 2
+    print("toolfan: configuration ok")
+    return 0
+
+
+def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "check",
+        help="check settings, Redis, the broker and one authenticated API request",
+        description="What toolfan worker and toolfan poll check before they start. Exits 2 "
+        "with one line naming the setting when something is misconfigured.",
+    )
+    p.add_argument("--no-api", action="store_true", help="skip the API request")
+    p.set_defaults(command=_cmd_check, passthrough=False)
+
+
+def _cmd_resubmit(args: argparse.Namespace, rest: list[str]) -> int:
+    """Send the saved results of sessions again (after an operator fixed the cause)."""
+    from dispatcher.poll import process_poller
+    from dispatcher.resubmit import abandoned_sessions, resubmit_session
+
+    if not _preflight(api=True):
+        return 2
+    poller = process_poller()
+    sessions = list(args.batch) or []
+    if args.abandoned:
+        sessions += [s for s in abandoned_sessions(poller.ledger) if s not in sessions]
+    if not sessions:
+        print("resubmit: no session to resubmit", file=sys.stderr)
+        return 1
+    for session_id in sessions:
+        print(resubmit_session(session_id, poller, poller.client.retrieve_session).line())
+    return 0
+
+
+def _add_resubmit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "resubmit",
+        help="send a session's saved results again, e.g. after fixing a setting",
+        description="Reads each session from the API, reopens the abandoned or submitted "
+        "calls it still waits for (their saved results are kept) and dispatches it as a "
+        "poll would: nothing runs twice.",
+    )
+    p.add_argument("batch", nargs="*", metavar="BATCH", help="session ids")
+    p.add_argument("--abandoned", action="store_true", help="every session with an abandoned call")
+    p.set_defaults(command=_cmd_resubmit, passthrough=False)
 
 
 def _fresh_metrics_dir() -> None:
@@ -56,19 +142,22 @@ def _fresh_metrics_dir() -> None:
 
 def _cmd_poll(args: argparse.Namespace, rest: list[str]) -> int:
     """Poll once (cron) or in a loop until SIGTERM."""
+    if not _preflight(api=True, warn=args.interval is not None):
+        return 2
     from dispatcher.loop import run_loop, run_once
+    from tasks import metrics
+    from tasks.logs import clip_handlers, use_json
+    from tasks.settings import get_settings
 
     def emit(line: str) -> None:
         print(line, flush=True)
-
-    from tasks import metrics
-    from tasks.logs import use_json
 
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.ERROR,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     use_json(logging.getLogger())
+    clip_handlers(logging.getLogger(), get_settings().max_log_chars)
     if args.interval is not None:
         port = metrics.port_from_env()
         if port is not None:
@@ -307,6 +396,8 @@ _PARSERS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], 
     _add_demo,
     _add_inspect,
     _add_status,
+    _add_check,
+    _add_resubmit,
     _add_emulator,
     _add_bench,
 )

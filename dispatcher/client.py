@@ -10,19 +10,21 @@ raised as :mod:`dispatcher.errors` types that tell retryable from final.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
+import socket
+import ssl
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
 from types import TracebackType
 from typing import Any, Literal
-from urllib.parse import quote
+from urllib.parse import quote_from_bytes
 
 import httpx
-from pydantic import ValidationError
 
 from dispatcher.errors import (
     APIConnectionError,
@@ -31,6 +33,7 @@ from dispatcher.errors import (
     AuthenticationError,
     BadRequestError,
     ConflictError,
+    EndpointError,
     FinalAPIError,
     NotFoundError,
     PermissionDeniedError,
@@ -40,15 +43,17 @@ from dispatcher.errors import (
     ServerError,
     UnexpectedResponseError,
 )
-from dispatcher.models import Session, SessionPage
+from dispatcher.listing import ListBudget, Listing
+from dispatcher.models import BadSession, Session, parse_session
 from dispatcher.retry import RetryPolicy, parse_retry_after
+from handlers import jsonsafe
 
 logger = logging.getLogger("dispatcher.client")
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 DEFAULT_LIMITS = httpx.Limits(max_connections=20, max_keepalive_connections=10)
-_FINAL_BY_STATUS: Mapping[int, type[FinalAPIError]] = {
+_FINAL_BY_STATUS: Mapping[int, type[APIError]] = {
     400: BadRequestError,
     401: AuthenticationError,
     403: PermissionDeniedError,
@@ -56,6 +61,11 @@ _FINAL_BY_STATUS: Mapping[int, type[FinalAPIError]] = {
     409: ConflictError,
     422: BadRequestError,
 }
+#: Levels of a page around a call's arguments (page, data, session, actions, action), so
+#: arguments as deep as the limit arrive whole and deeper ones as a marker the poller reads.
+PAGE_DEPTH = 8
+#: Characters the official SDK leaves unescaped in a path segment (RFC 3986 pchar).
+_PATH_SAFE = "!$&'()*+,;=:@"
 
 
 def user_agent() -> str:
@@ -88,9 +98,12 @@ class AgentsClient:
         transport: An httpx transport to use instead of the network (tests, proxies).
         sleep: Called to wait between attempts; injectable for tests.
         rng: Source of jitter; seed it for reproducible delays.
+        max_depth: Nesting allowed in a call's arguments; deeper parts of an answer are
+            read as :class:`handlers.jsonsafe.Unreadable` markers instead of crashing.
 
     Raises:
         AuthenticationError: No API key is configured.
+        EndpointError: The base URL is not an http(s) URL with a host.
     """
 
     def __init__(
@@ -104,10 +117,11 @@ class AgentsClient:
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
+        max_depth: int = 64,
     ) -> None:
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip(
-            "/"
+        self.base_url = check_base_url(
+            base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         )
         if not key.strip():
             raise AuthenticationError(
@@ -116,6 +130,7 @@ class AgentsClient:
         self._key = key.strip()
         self.retry = retry or RetryPolicy()
         self.malformed_sessions = 0
+        self.max_depth = max_depth
         self._sleep = sleep
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
         self._http = httpx.Client(
@@ -151,6 +166,32 @@ class AgentsClient:
 
     # --- endpoints ---------------------------------------------------------------------------
 
+    def list_sessions(
+        self,
+        agent_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        limit: int = 100,
+        *,
+        order: Literal["asc", "desc"] = "asc",
+        after: str | None = None,
+        budget: ListBudget | None = None,
+    ) -> Listing:
+        """Every session matching the filters, across all pages, fetched lazily.
+
+        ``order`` defaults to oldest first, so the longest-waiting sessions come first and
+        sessions created during a long listing are still reached on its last pages. The
+        listing yields a :class:`BadSession` for an entry it cannot read, and ends early,
+        saying why in :attr:`Listing.cut`, when the API repeats a cursor or the budget
+        (pages, seconds, a stop request) runs out: a hostile answer cannot hang a pass.
+        """
+        if not 1 <= limit <= 100:
+            raise ValueError("limit must be between 1 and 100")
+        params: list[tuple[str, str]] = [("limit", str(limit)), ("order", order)]
+        if agent_id is not None:
+            params.append(("agent_id", agent_id))
+        params += [(f"metadata[{k}]", v) for k, v in (metadata or {}).items()]
+        return Listing(self._page, params, budget or ListBudget(), after)
+
     def iter_sessions(
         self,
         agent_id: str | None = None,
@@ -159,33 +200,36 @@ class AgentsClient:
         *,
         order: Literal["asc", "desc"] = "asc",
     ) -> Iterator[Session]:
-        """Every session matching the filters, across all pages, fetched lazily.
-
-        ``order`` defaults to oldest first, so the longest-waiting sessions come first and
-        sessions created during a long listing are still reached on its last pages. A
-        malformed session is logged, counted in :attr:`malformed_sessions` and skipped.
-        """
-        if not 1 <= limit <= 100:
-            raise ValueError("limit must be between 1 and 100")
-        params: list[tuple[str, str]] = [("limit", str(limit)), ("order", order)]
-        if agent_id is not None:
-            params.append(("agent_id", agent_id))
-        params += [(f"metadata[{k}]", v) for k, v in (metadata or {}).items()]
-        after: str | None = None
-        while True:
-            page = self._page(params + ([("after", after)] if after else []))
-            yield from self._sessions_of(page)
-            if not page.has_more or not page.data:
-                return
-            after = self._last_id(page)
+        """The readable sessions of :meth:`list_sessions`; others are logged and counted."""
+        for item in self.list_sessions(agent_id, metadata, limit, order=order):
+            if isinstance(item, Session):
+                yield item
+            else:
+                self.malformed_sessions += 1
+                logger.warning(
+                    "skipping malformed session %r from %s: %s",
+                    item.id,
+                    self.base_url,
+                    item.problem,
+                )
 
     def retrieve_session(self, session_id: str) -> Session:
         """The session's current state (``required_actions`` is the authority)."""
-        response, _ = self._request("GET", f"/agents/sessions/{_segment(session_id)}")
-        try:
-            return Session.model_validate(self._json(response))
-        except ValidationError as exc:
-            raise self._unexpected(response, f"session {session_id!r} unreadable: {exc}") from exc
+        response, _ = self._request("GET", f"/agents/sessions/{path_segment(session_id)}")
+        parsed = parse_session(self._json(response))
+        if isinstance(parsed, BadSession):
+            raise self._unexpected(response, f"session {session_id!r} unreadable: {parsed.problem}")
+        return parsed
+
+    def check_access(self) -> None:
+        """One cheap authenticated request (a one-session page), to vet the settings.
+
+        Raises:
+            ConfigurationError: the key, the URL or the certificate is wrong.
+            NotFoundError: the base URL serves no sessions endpoint.
+            RetryableAPIError: the API did not answer well enough to tell.
+        """
+        self._request("GET", "/agents/sessions", params=[("limit", "1")])
 
     def submit_events(
         self, session_id: str, events: Sequence[Mapping[str, Any]], idempotency_key: str
@@ -199,44 +243,30 @@ class AgentsClient:
         """
         if not events:
             raise ValueError("events must not be empty")
+        return self.submit_body(session_id, events_body(events), idempotency_key)
+
+    def submit_body(self, session_id: str, body: bytes, idempotency_key: str) -> Accepted:
+        """Send an already encoded events body (see :func:`events_body`), same retries."""
         if not idempotency_key:
             raise ValueError("an idempotency key is required")
         response, attempts = self._request(
             "POST",
-            f"/agents/sessions/{_segment(session_id)}/events",
-            json={"events": [dict(e) for e in events]},
-            headers={"Idempotency-Key": idempotency_key},
+            f"/agents/sessions/{path_segment(session_id)}/events",
+            content=body,
+            headers={"Idempotency-Key": idempotency_key, "Content-Type": "application/json"},
         )
         return Accepted(response.status_code, attempts, response.headers.get("x-request-id"))
 
     # --- pages -------------------------------------------------------------------------------
 
-    def _page(self, params: list[tuple[str, str]]) -> SessionPage:
+    def _page(self, params: list[tuple[str, str]]) -> tuple[list[Any], bool]:
+        """One page's raw entries and its ``has_more``; an unreadable page raises."""
         response, _ = self._request("GET", "/agents/sessions", params=params)
-        try:
-            return SessionPage.model_validate(self._json(response))
-        except ValidationError as exc:
-            raise self._unexpected(response, f"session list unreadable: {exc}") from exc
-
-    def _sessions_of(self, page: SessionPage) -> Iterator[Session]:
-        for raw in page.data:
-            try:
-                yield Session.model_validate(raw)
-            except ValidationError as exc:
-                self.malformed_sessions += 1
-                ident = raw.get("id") if isinstance(raw, dict) else None
-                logger.warning(
-                    "skipping malformed session %r from %s: %s", ident, self.base_url, exc
-                )
-
-    def _last_id(self, page: SessionPage) -> str:
-        last = page.data[-1]
-        ident = last.get("id") if isinstance(last, dict) else None
-        if not isinstance(ident, str) or not ident:
-            raise UnexpectedResponseError(
-                f"the last session of a page from {self.base_url} has no id"
-            )
-        return ident
+        body = self._json(response)
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list):
+            raise self._unexpected(response, "session list unreadable: no 'data' array")
+        return data, body.get("has_more") is True
 
     # --- transport and retries ---------------------------------------------------------------
 
@@ -246,7 +276,7 @@ class AgentsClient:
         path: str,
         *,
         params: list[tuple[str, str]] | None = None,
-        json: Any = None,
+        content: bytes | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> tuple[httpx.Response, int]:
         """Send with retries; returns the successful response and the attempts it took."""
@@ -254,7 +284,7 @@ class AgentsClient:
         attempt = 0
         while True:
             attempt += 1
-            outcome = self._attempt(method, path, params=params, json=json, headers=headers)
+            outcome = self._attempt(method, path, params=params, content=content, headers=headers)
             if isinstance(outcome, httpx.Response):
                 return outcome, attempt
             wait = self._wait_before_retry(outcome, attempt, start)
@@ -295,19 +325,24 @@ class AgentsClient:
         path: str,
         *,
         params: list[tuple[str, str]] | None,
-        json: Any,
+        content: bytes | None,
         headers: Mapping[str, str] | None,
     ) -> httpx.Response | RetryableAPIError:
         """One request: the response on success, a retryable error, or raise a final one."""
-        where = f"{method} {self.base_url}{path}"
+        where = f"{method} {self.base_url}{_shown(path)}"
         try:
             query = httpx.QueryParams(tuple(params)) if params else None
-            response = self._http.request(method, path, params=query, json=json, headers=headers)
+            response = self._http.request(
+                method, path, params=query, content=content, headers=headers
+            )
         except httpx.TimeoutException as exc:
             return APITimeoutError(f"{where}: no answer in time ({type(exc).__name__})")
-        except httpx.UnsupportedProtocol as exc:
-            raise FinalAPIError(f"{where}: unusable base URL ({exc})") from exc
+        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+            raise EndpointError(f"{where}: unusable base URL ({exc})") from exc
         except httpx.TransportError as exc:
+            endpoint = _endpoint_problem(exc)
+            if endpoint is not None:
+                raise EndpointError(f"{where}: {endpoint}; check OPENAI_BASE_URL") from exc
             return APIConnectionError(f"{where}: connection failed ({type(exc).__name__}: {exc})")
         if response.is_success:
             return response
@@ -318,7 +353,7 @@ class AgentsClient:
 
     def _error_from(self, response: httpx.Response, where: str) -> APIError:
         status = response.status_code
-        code, message = _error_fields(response)
+        code, message, param = _error_fields(response)
         request_id = response.headers.get("x-request-id")
         text = self._scrub(
             f"{where}: HTTP {status}" + (f" {code}" if code else "") + f": {message}"
@@ -335,13 +370,14 @@ class AgentsClient:
         if status >= 500 or status == 408:
             return ServerError(text, status_code=status, code=code, request_id=request_id)
         kind = _FINAL_BY_STATUS.get(status, FinalAPIError)
-        return kind(text, status_code=status, code=code, request_id=request_id)
+        return kind(text, status_code=status, code=code, request_id=request_id, param=param)
 
     def _json(self, response: httpx.Response) -> Any:
+        """The answer's JSON, read so that no depth, number or size can crash the reader."""
         try:
-            return response.json()
+            return jsonsafe.loads(response.content, max_depth=self.max_depth + PAGE_DEPTH)
         except ValueError as exc:
-            raise self._unexpected(response, "the answer is not JSON") from exc
+            raise self._unexpected(response, f"the answer is not JSON ({exc})") from exc
 
     def _unexpected(self, response: httpx.Response, what: str) -> UnexpectedResponseError:
         return UnexpectedResponseError(
@@ -354,19 +390,68 @@ class AgentsClient:
         return text.replace(self._key, "<api key>")
 
 
-def _segment(value: str) -> str:
-    if not value:
-        raise ValueError("a session id is required")
-    return quote(value, safe="")
+def check_base_url(url: str) -> str:
+    """``url`` without its trailing slash, if it is an http(s) URL with a host.
 
-
-def _error_fields(response: httpx.Response) -> tuple[str | None, str]:
-    """The ``code`` and ``message`` of an OpenAI error body, tolerating any body."""
+    Raises:
+        EndpointError: naming ``OPENAI_BASE_URL`` and what is wrong with the value.
+    """
     try:
-        error = response.json().get("error")
+        parsed = httpx.URL(url.strip())
+    except (httpx.InvalidURL, TypeError, ValueError) as exc:
+        raise EndpointError(f"OPENAI_BASE_URL={url!r} is not a URL ({exc})") from exc
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise EndpointError(
+            f"OPENAI_BASE_URL={url!r} is not an http(s) URL with a host, "
+            "e.g. https://api.openai.com/v1"
+        )
+    return str(parsed).rstrip("/")
+
+
+def path_segment(value: str) -> str:
+    """``value`` percent-encoded for one URL path segment, as the official SDK encodes it.
+
+    Lone surrogates are sent as their ``surrogatepass`` bytes rather than failing.
+
+    Raises:
+        BadRequestError: the id is empty, ``.`` or ``..``: no path can carry it (a client
+            would send the request to another resource), so this is final for its batch.
+    """
+    if value in ("", ".", ".."):
+        raise BadRequestError(f"the id {value!r} cannot be sent in a URL path")
+    return quote_from_bytes(value.encode("utf-8", "surrogatepass"), safe=_PATH_SAFE)
+
+
+def events_body(events: Sequence[Mapping[str, Any]]) -> bytes:
+    """The JSON body of one events batch, ASCII-escaped so any id survives the trip."""
+    return json.dumps({"events": [dict(e) for e in events]}, separators=(",", ":")).encode()
+
+
+def _shown(path: str) -> str:
+    """A request path cut for messages: an id may be 10,000 characters long."""
+    return path if len(path) <= 300 else f"{path[:300]}..."
+
+
+def _endpoint_problem(exc: httpx.TransportError) -> str | None:
+    """Why a transport failure is the base URL's fault (DNS, TLS), or None if it may pass."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, socket.gaierror):
+            return f"the host is unknown to DNS ({seen})"
+        if isinstance(seen, ssl.SSLError):
+            return f"TLS failed ({seen})"
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _error_fields(response: httpx.Response) -> tuple[str | None, str, str | None]:
+    """The ``code``, ``message`` and ``param`` of an OpenAI error body, tolerating any body."""
+    try:
+        error = jsonsafe.loads(response.content, max_depth=8).get("error")
     except (ValueError, AttributeError):
         error = None
     if not isinstance(error, dict):
-        return None, (response.text[:200] or response.reason_phrase)
-    code = error.get("code")
-    return (str(code) if code else None), str(error.get("message") or response.reason_phrase)
+        return None, (response.text[:200] or response.reason_phrase), None
+    code, param = error.get("code"), error.get("param")
+    message = str(error.get("message") or response.reason_phrase)[:2000]
+    return (str(code) if code else None), message, (param if isinstance(param, str) else None)

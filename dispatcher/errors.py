@@ -14,13 +14,19 @@ is spent::
           │    ├── APIConnectionError     no answer: refused, reset, dropped (lost 202)
           │    │    └── APITimeoutError   no answer in time
           │    └── RetriesExhausted       the client's retry budget ran out; .last_error
+          ├── ConfigurationError          toolfan's own settings are wrong: fix them, the work waits
+          │    ├── AuthenticationError    401, or no key configured
+          │    ├── PermissionDeniedError  403
+          │    └── EndpointError          unusable base URL: bad scheme, unknown host, TLS failure
           └── FinalAPIError               retrying the same request cannot help
-               ├── BadRequestError        400, 422: the request itself is wrong
-               ├── AuthenticationError    401, or no key configured
-               ├── PermissionDeniedError  403
-               ├── NotFoundError          404
+               ├── BadRequestError        400, 422: the request itself is wrong (.param says where)
+               ├── NotFoundError          404: no such session, or (probe) a wrong base URL
                ├── ConflictError          409: e.g. the call is no longer pending
                └── UnexpectedResponseError a 2xx answer toolfan cannot parse
+
+A configuration error is no verdict on a batch: the batch it met stays retryable, and
+comes back once an operator fixed the setting. Only a refusal about a batch's own content
+(a final error) abandons it.
 
 No message ever contains the API key: messages are built from the status, the error code,
 the server's message (with the key scrubbed) and the base URL.
@@ -39,6 +45,7 @@ class APIError(ToolfanError):
         status_code: The HTTP status, or ``None`` when there was no answer.
         code: The API's machine-readable error code, if it sent one.
         request_id: The API's ``x-request-id``, to quote to its support.
+        param: The request parameter the API named as the problem, e.g. ``events[3].output``.
     """
 
     def __init__(
@@ -48,12 +55,14 @@ class APIError(ToolfanError):
         status_code: int | None = None,
         code: str | None = None,
         request_id: str | None = None,
+        param: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.status_code = status_code
         self.code = code
         self.request_id = request_id
+        self.param = param
 
 
 class RetryableAPIError(APIError):
@@ -114,20 +123,41 @@ class RetriesExhausted(RetryableAPIError):
         self.attempts = attempts
 
 
+class ConfigurationError(APIError):
+    """The API cannot be used with toolfan's settings: a key, a URL, a certificate.
+
+    Every request fails the same way until an operator fixes the setting, whatever it
+    carries, so this says nothing about the request: work that met it is kept and retried.
+
+    Attributes:
+        setting: The environment variable to check.
+    """
+
+    setting = "OPENAI_BASE_URL"
+
+
+class AuthenticationError(ConfigurationError):
+    """401: the API key was missing or refused."""
+
+    setting = "OPENAI_API_KEY"
+
+
+class PermissionDeniedError(ConfigurationError):
+    """403: the key is valid but may not do this."""
+
+    setting = "OPENAI_API_KEY"
+
+
+class EndpointError(ConfigurationError):
+    """The base URL is unusable: not http(s), a host DNS does not know, a TLS failure."""
+
+
 class FinalAPIError(APIError):
     """A failure that repeats for the same request: fix the request, key or state first."""
 
 
 class BadRequestError(FinalAPIError):
     """400/422: the API rejected the request as malformed."""
-
-
-class AuthenticationError(FinalAPIError):
-    """401: the API key was missing or refused."""
-
-
-class PermissionDeniedError(FinalAPIError):
-    """403: the key is valid but may not do this."""
 
 
 class NotFoundError(FinalAPIError):

@@ -1,4 +1,11 @@
-"""The polling triggers: one pass for cron, or a loop that stops cleanly on a signal."""
+"""The polling triggers: one pass for cron, or a loop that stops cleanly on a signal.
+
+A signal stops the loop within about a second, whatever the pass is doing: the pass checks
+for it between pages and sessions, and if it is stuck in a request or a retry pause one
+second later an alarm interrupts it (a claim it had just taken is freed on the way out,
+and any other is a lease that runs out by itself). A pass that fails, however it fails, is
+one line on stderr, and the loop goes on: the next pass recovers by itself.
+"""
 
 from __future__ import annotations
 
@@ -13,19 +20,26 @@ from types import FrameType
 import redis
 from kombu.exceptions import OperationalError
 
-from dispatcher.poll import PollSummary, poll_once
+from dispatcher.poll import PollSummary, poll_once, process_poller
 from handlers.errors import ToolfanError
 
 log = logging.getLogger("toolfan.poll")
 
 #: Failures that end one pass with a clear message: the API, the ledger or the broker.
 PASS_ERRORS: tuple[type[BaseException], ...] = (ToolfanError, OperationalError, redis.RedisError)
+#: Seconds a pass gets to reach a safe point after a stop signal before it is interrupted.
+STOP_GRACE = 0.9
+
+
+class Interrupted(BaseException):
+    """Raised into a pass that did not stop by itself in time after a stop signal."""
 
 
 def describe(exc: BaseException) -> str:
     """A one-line description of a failed pass."""
     text = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}"
+    line = f"{type(exc).__name__}: {text}".replace("\n", " ")
+    return line if len(line) <= 500 else f"{line[:500]}..."
 
 
 def run_once(emit: Callable[[str], None], poll: Callable[[], PollSummary] = poll_once) -> int:
@@ -35,6 +49,10 @@ def run_once(emit: Callable[[str], None], poll: Callable[[], PollSummary] = poll
     except PASS_ERRORS as exc:
         print(f"toolfan: poll failed: {describe(exc)}", file=sys.stderr, flush=True)
         return 1
+    except Exception as exc:  # a bug must not end a loop that would recover next pass
+        log.error("poll pass failed unexpectedly", exc_info=True)
+        print(f"toolfan: poll failed: {describe(exc)}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
@@ -42,27 +60,56 @@ def run_loop(
     interval: float,
     emit: Callable[[str], None],
     stop: threading.Event | None = None,
-    poll: Callable[[], PollSummary] = poll_once,
+    poll: Callable[[], PollSummary] | None = None,
 ) -> int:
     """Poll every ``interval`` seconds until SIGTERM, SIGINT or ``stop`` is set.
 
-    A failed pass is reported and the loop goes on: the next pass recovers by itself.
+    Without ``stop``, signals stop the loop (the main thread's job); without ``poll``,
+    this process's poller runs, checking the stop between pages.
     """
-    stop = stop or _stop_on_signals()
-    while not stop.is_set():
-        started = time.monotonic()
-        run_once(emit, poll)
-        stop.wait(max(0.0, interval - (time.monotonic() - started)))
+    guard = _SignalGuard() if stop is None else None
+    stop = guard.stop if guard is not None else stop
+    assert stop is not None
+    if poll is None:
+        poller = process_poller()
+        poller.stop = stop
+        poll = poller.poll_once
+    try:
+        while not stop.is_set():
+            started = time.monotonic()
+            if guard is not None:
+                guard.running = True
+            run_once(emit, poll)
+            if guard is not None:
+                guard.running = False
+            stop.wait(max(0.0, interval - (time.monotonic() - started)))
+    except Interrupted:
+        pass
+    finally:
+        if guard is not None:
+            guard.disarm()
     emit("poll: stopped")
     return 0
 
 
-def _stop_on_signals() -> threading.Event:
-    stop = threading.Event()
+class _SignalGuard:
+    """SIGTERM and SIGINT set :attr:`stop`; an alarm interrupts a pass still running later."""
 
-    def handler(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.running = False
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        signal.signal(signal.SIGALRM, self._on_alarm)
 
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
-    return stop
+    def _on_stop(self, signum: int, frame: FrameType | None) -> None:
+        self.stop.set()
+        if self.running:
+            signal.setitimer(signal.ITIMER_REAL, STOP_GRACE)
+
+    def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
+        if self.running:
+            raise Interrupted
+
+    def disarm(self) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)

@@ -9,9 +9,10 @@ opaque entry with a ``problem``, so one bad entry cannot hide the session's othe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, ValidationError
 
 SessionStatus = Literal["idle", "in_progress", "requires_action", "failed"]
 
@@ -20,13 +21,22 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+def _name(value: Any) -> Any:
+    """A missing or non-string name is answered as an unknown function, not skipped."""
+    return value if isinstance(value, str) else ""
+
+
 class FunctionCall(_Model):
-    """A ``function_call`` required action: the one kind toolfan answers."""
+    """A ``function_call`` required action: the one kind toolfan answers.
+
+    Only the ids are needed to answer a call, so only they are required: a call with an
+    unusable name is still answered (with an "unknown function" error), so its turn can go on.
+    """
 
     type: Literal["function_call"] = "function_call"
     turn_id: str = Field(min_length=1)
     call_id: str = Field(min_length=1)
-    name: str = Field(min_length=1)
+    name: Annotated[str, BeforeValidator(_name)] = ""
     arguments: Any = None
     """The JSON value the model supplied (an object per the API), passed on unparsed."""
 
@@ -104,6 +114,74 @@ class SessionPage(_Model):
 
     data: list[Any]
     has_more: bool = False
+
+
+@dataclass(frozen=True)
+class BadSession:
+    """A listed entry toolfan cannot read as a session: skipped alone, its neighbours kept.
+
+    Attributes:
+        id: The entry's id, when it had a usable one.
+        problem: What is wrong with it, for one log line.
+    """
+
+    id: str | None
+    problem: str
+
+
+#: Session ids no URL path can carry: a path segment "." or ".." is normalized away.
+_DOT_SEGMENTS = frozenset({".", ".."})
+
+
+def parse_session(raw: Any) -> Session | BadSession:
+    """Read one listed session, never raising.
+
+    Only the id and ``required_actions`` decide what toolfan does, so only a problem with
+    them costs the session; any other unreadable field (a non-string metadata value, a
+    5,000-digit timestamp) falls back to its default, and each required action is read on
+    its own (see :func:`parse_action`).
+    """
+    if not isinstance(raw, dict):
+        return BadSession(None, "not a JSON object")
+    ident = raw.get("id")
+    if not isinstance(ident, str) or not ident:
+        return BadSession(None, "no usable id")
+    if ident in _DOT_SEGMENTS:
+        return BadSession(ident, "an id that no URL path can carry")
+    actions = raw.get("required_actions")
+    if actions is not None and not isinstance(actions, list):
+        return BadSession(ident, "required_actions is not an array")
+    return Session.model_construct(
+        id=ident,
+        object="agent.session",
+        status=_or(raw.get("status"), str, ""),
+        required_actions=[parse_action(a) for a in actions or []],
+        metadata=_metadata(raw.get("metadata")),
+        created_at=_or(raw.get("created_at"), int, 0),
+        last_active_at=_or(raw.get("last_active_at"), int, None),
+        agent=_agent(raw.get("agent")),
+        error=_or(raw.get("error"), str, None),
+    )
+
+
+def _or(value: Any, kind: type, default: Any) -> Any:
+    """``value`` when it has the type (bools are not ints here), else ``default``."""
+    if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+        return value
+    return default
+
+
+def _metadata(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _agent(value: Any) -> Agent | None:
+    try:
+        return Agent.model_validate(value) if isinstance(value, dict) else None
+    except ValidationError:
+        return None
 
 
 def tool_result_event(

@@ -9,25 +9,31 @@ again, however long the API keeps listing them.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
+from functools import cache
 from typing import Any
 
 from celery import chord
 from celery.result import AsyncResult, GroupResult
 
 from dispatcher.client import AgentsClient
+from dispatcher.listing import ListBudget
 from dispatcher.memo import DispatchMemo
-from dispatcher.models import FunctionCall, Session
+from dispatcher.models import BadSession, FunctionCall, Session
+from dispatcher.once import OnceLog
+from handlers import jsonsafe
 from handlers.result import CallResult, Outcome
+from handlers.text import shown
 from tasks import metrics
 from tasks.app import app
 from tasks.execute import call_signature, get_ledger, result_payload, tool_timeout
 from tasks.ledger import FINAL_STATES, CallRef, CallStatus, Dispatch, Ledger, SessionView
 from tasks.settings import Settings, get_settings, load_registry
-from tasks.submit import get_client, submit
+from tasks.submit import get_client, submit, submit_reprs
 
 log = logging.getLogger("toolfan.poll")
 
@@ -37,6 +43,27 @@ PAGE = 100
 #: chord hands the header's results to ``submit`` whether or not the backend stores them,
 #: so storing them again (a SETEX and a PUBLISH per task) would be work nobody reads.
 UNSTORED: dict[str, Any] = {"ignore_result": True}
+
+
+@dataclass(frozen=True)
+class Call:
+    """One pending call as the poller dispatches it.
+
+    ``problem`` is why its arguments were refused unread (over a size or nesting limit);
+    such a call travels without them and is answered with the reason.
+    """
+
+    turn_id: str
+    call_id: str
+    name: str
+    arguments: Any
+    problem: str | None = None
+
+    @classmethod
+    def of(cls, call: FunctionCall, problem: str | None) -> Call:
+        """The call of a listed ``function_call``."""
+        arguments = None if problem is not None else call.arguments
+        return cls(call.turn_id, call.call_id, call.name, arguments, problem)
 
 
 @dataclass
@@ -54,6 +81,7 @@ class PollSummary:
     skipped_submitted: int = 0
     skipped_other: int = 0
     errors: int = 0
+    passes_cut: int = 0
 
     def as_dict(self) -> dict[str, int]:
         """The counters as a plain dict (the poll task's JSON result)."""
@@ -69,6 +97,7 @@ class PollSummary:
             f"{self.skipped_in_flight} in flight ({self.stale_claims} stale claims), "
             f"{self.skipped_submitted} submitted, "
             f"{self.skipped_other} other types; {self.errors} errors"
+            + (" (pass cut short)" if self.passes_cut else "")
         )
 
 
@@ -81,24 +110,34 @@ class Poller:
         ledger: Ledger,
         settings: Settings,
         memo: DispatchMemo | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         self.client = client
         self.ledger = ledger
         self.settings = settings
         self.memo = memo if memo is not None else DispatchMemo()
+        self.stop = stop
+        self.reported = OnceLog(log)
+        self._resume: str | None = None
 
     def poll_once(self) -> PollSummary:
         """List every matching session and dispatch the ones with undispatched calls."""
         summary = PollSummary()
         started = time.perf_counter()
-        malformed_before = self.client.malformed_sessions
-        sessions = self.client.iter_sessions(
-            agent_id=self.settings.agent_id, metadata=self.settings.session_metadata or None
+        listing = self.client.list_sessions(
+            agent_id=self.settings.agent_id,
+            metadata=self.settings.session_metadata or None,
+            after=self._resume,
+            budget=ListBudget(
+                self.settings.poll_max_pages,
+                self.settings.poll_max_seconds,
+                self.stop.is_set if self.stop is not None else None,
+            ),
         )
-        for page in _pages(sessions, PAGE):
+        for page in _pages(listing, PAGE):
             summary.sessions_seen += len(page)
-            self._page(page, summary)
-        summary.errors += self.client.malformed_sessions - malformed_before
+            self.dispatch_sessions(page, summary)
+        self._end_listing(listing.cut, listing.last_id, summary)
         self.memo.prune()
         metrics.POLL_DURATION.observe(time.perf_counter() - started)
         metrics.SESSIONS_PENDING.set(summary.sessions_pending)
@@ -106,12 +145,36 @@ class Poller:
         log.info("%s", summary.line(), extra=summary.as_dict())
         return summary
 
-    def _page(self, page: list[Session], summary: PollSummary) -> None:
-        """Handle up to a page of sessions with one ledger round trip for all of them."""
+    def _end_listing(self, cut: str | None, last_id: str | None, summary: PollSummary) -> None:
+        """Note a pass cut short; after a budget ran out, the next pass goes on from there."""
+        budget_ran_out = cut is not None and "budget" in cut
+        self._resume = last_id if budget_ran_out else None
+        if cut is None or cut == "stopping":
+            return
+        summary.passes_cut += 1
+        metrics.POLL_ERRORS.labels("pass_cut").inc()
+        log.warning(
+            "poll: ending the pass early: %s%s",
+            cut,
+            "; the next pass continues from there" if budget_ran_out else "",
+        )
+
+    def dispatch_sessions(
+        self, page: list[Session | BadSession], summary: PollSummary | None = None
+    ) -> PollSummary:
+        """Handle up to a page of sessions with one ledger round trip for all of them.
+
+        The poll pass feeds it the list's pages; a targeted dispatch (``toolfan resubmit``,
+        a pushed event) feeds it one retrieved session, through the same claims and chords.
+        """
+        summary = summary if summary is not None else PollSummary()
         waiting = []
         for session in page:
+            if isinstance(session, BadSession):
+                self._bad_session(session, summary)
+                continue
             summary.skipped_other += sum(1 for a in session.other_actions if a.problem is None)
-            calls = _unique_calls(session, summary)
+            calls = self._unique_calls(session, summary)
             if calls:
                 summary.sessions_pending += 1
                 waiting.append((session.id, calls))
@@ -121,10 +184,54 @@ class Poller:
         )
         for (session_id, calls), view in zip(waiting, views, strict=True):
             self._session(session_id, calls, view, summary)
+        return summary
+
+    def _bad_session(self, bad: BadSession, summary: PollSummary) -> None:
+        summary.errors += 1
+        metrics.POLL_ERRORS.labels("session").inc()
+        self.reported.error(
+            bad.id, "session_id=%s skipped: %s", shown(bad.id or "<none>"), bad.problem
+        )
+
+    def _unique_calls(self, session: Session, summary: PollSummary) -> list[Call]:
+        """The session's function calls, once each; malformed and repeated entries are errors.
+
+        Each call's arguments are checked against the size and nesting limits here, before
+        they reach a message: a call over a limit is still dispatched, with the reason in
+        place of its arguments, so it is answered with that reason.
+        """
+        sid = shown(session.id)
+        for bad in (a for a in session.other_actions if a.problem is not None):
+            summary.errors += 1
+            metrics.POLL_ERRORS.labels("action").inc()
+            self.reported.error(
+                session.id, "session_id=%s unreadable required action: %s", sid, bad.problem
+            )
+        seen: dict[tuple[str, str], Call] = {}
+        for call in session.function_calls:
+            if (call.turn_id, call.call_id) in seen:
+                summary.errors += 1
+                self.reported.error(
+                    session.id,
+                    "session_id=%s turn_id=%s call_id=%s listed twice",
+                    sid,
+                    shown(call.turn_id),
+                    shown(call.call_id),
+                )
+                continue
+            seen[(call.turn_id, call.call_id)] = Call.of(call, self._problem(call))
+        return list(seen.values())
+
+    def _problem(self, call: FunctionCall) -> str | None:
+        return jsonsafe.check(
+            call.arguments,
+            max_depth=self.settings.max_depth,
+            max_bytes=self.settings.max_argument_bytes,
+        )
 
     def _skip_own_in_flight(
-        self, waiting: list[tuple[str, list[FunctionCall]]], summary: PollSummary
-    ) -> list[tuple[str, list[FunctionCall]]]:
+        self, waiting: list[tuple[str, list[Call]]], summary: PollSummary
+    ) -> list[tuple[str, list[Call]]]:
         """Drop the sessions this process dispatched whose claim is still its own.
 
         One GET per such session replaces reading its dispatch and every call's state.
@@ -143,7 +250,7 @@ class Poller:
         return rest
 
     def _session(
-        self, session_id: str, calls: list[FunctionCall], view: SessionView, summary: PollSummary
+        self, session_id: str, calls: list[Call], view: SessionView, summary: PollSummary
     ) -> None:
         pending = [
             (c, s) for c, s in zip(calls, view.calls, strict=True) if s.state not in FINAL_STATES
@@ -160,7 +267,7 @@ class Poller:
             return
         try:
             self._dispatch(session_id, dispatch, pending, summary)
-        except Exception:
+        except BaseException:  # an interrupted pass too: free the claim it just took
             self.ledger.release(session_id, dispatch.token)
             raise
 
@@ -168,7 +275,7 @@ class Poller:
         self,
         session_id: str,
         view: SessionView,
-        pending: list[tuple[FunctionCall, CallStatus]],
+        pending: list[tuple[Call, CallStatus]],
         summary: PollSummary,
     ) -> None:
         """Leave a claimed session alone, unless its actions are about to expire."""
@@ -186,7 +293,7 @@ class Poller:
         summary.calls_expired += sum(1 for _, s in pending if s.result is None)
         log.warning(
             "session_id=%s actions expire soon; answering unfinished calls with timeout errors",
-            session_id,
+            shown(session_id),
         )
         takeover = self._new_dispatch(token, self._lease_ms(pending), dispatch)
         self.ledger.record_dispatch(session_id, takeover)
@@ -211,7 +318,7 @@ class Poller:
             return False
         return time.time() >= dispatch.expires_at - self.settings.expiry_margin
 
-    def _expire(self, session_id: str, call: FunctionCall, status: CallStatus) -> CallStatus:
+    def _expire(self, session_id: str, call: Call, status: CallStatus) -> CallStatus:
         """Save a timeout error for an unfinished call; a result saved first still wins."""
         if status.result is not None:
             return status
@@ -222,7 +329,7 @@ class Poller:
         )
         return CallStatus(status.state, self.ledger.finish(_ref(session_id, call), error))
 
-    def _lease_ms(self, pending: list[tuple[FunctionCall, CallStatus]]) -> int:
+    def _lease_ms(self, pending: list[tuple[Call, CallStatus]]) -> int:
         """Longest tool timeout plus its grace plus the queueing budget."""
         registry = load_registry()
         timeouts = [tool_timeout(registry, c.name) for c, _ in pending]
@@ -233,7 +340,7 @@ class Poller:
         self,
         session_id: str,
         dispatch: Dispatch,
-        pending: list[tuple[FunctionCall, CallStatus]],
+        pending: list[tuple[Call, CallStatus]],
         summary: PollSummary,
     ) -> None:
         calls = [[c.turn_id, c.call_id] for c, _ in pending]
@@ -248,12 +355,12 @@ class Poller:
             lease_ms=dispatch.lease_ms,
             saved=saved,
             first_seen=dispatch.first_seen,
-        ).set(**UNSTORED)
+        ).set(**UNSTORED, **submit_reprs(session_id, len(calls)))
         if to_run:
             header = [
-                call_signature(session_id, c.turn_id, c.call_id, c.name, c.arguments).set(
-                    **UNSTORED
-                )
+                call_signature(
+                    session_id, c.turn_id, c.call_id, c.name, c.arguments, c.problem
+                ).set(**UNSTORED)
                 for c in to_run
             ]
             _stop_listening(chord(header)(body))
@@ -266,7 +373,7 @@ class Poller:
         summary.calls_resubmitted += len(saved)
         log.info(
             "session_id=%s dispatched %d call(s), %d saved result(s)",
-            session_id,
+            shown(session_id),
             len(to_run),
             len(saved),
         )
@@ -281,9 +388,11 @@ class Poller:
         return Dispatch(token, now, lease_ms, expires_at, first_seen or now)
 
 
-def _pages(sessions: Iterable[Session], size: int) -> Iterator[list[Session]]:
+def _pages(
+    sessions: Iterable[Session | BadSession], size: int
+) -> Iterator[list[Session | BadSession]]:
     """Group sessions as the API lists them, so the ledger is read once per page."""
-    page: list[Session] = []
+    page: list[Session | BadSession] = []
     for session in sessions:
         page.append(session)
         if len(page) == size:
@@ -311,36 +420,28 @@ def _stop_listening(result: AsyncResult[Any]) -> None:
         consumer.cancel_for(sent.id)
 
 
-def _ref(session_id: str, call: FunctionCall) -> CallRef:
+def _ref(session_id: str, call: Call) -> CallRef:
     return CallRef(session_id, call.turn_id, call.call_id)
-
-
-def _unique_calls(session: Session, summary: PollSummary) -> list[FunctionCall]:
-    """The session's function calls, once each; malformed and repeated entries are errors."""
-    for bad in (a for a in session.other_actions if a.problem is not None):
-        summary.errors += 1
-        log.error("session_id=%s unreadable required action: %s", session.id, bad.problem)
-    seen: dict[tuple[str, str], FunctionCall] = {}
-    for call in session.function_calls:
-        if (call.turn_id, call.call_id) in seen:
-            summary.errors += 1
-            log.error(
-                "session_id=%s turn_id=%s call_id=%s listed twice",
-                session.id,
-                call.turn_id,
-                call.call_id,
-            )
-            continue
-        seen[(call.turn_id, call.call_id)] = call
-    return list(seen.values())
 
 
 #: The dispatches of this process, kept across the passes of a loop or of beat's tasks.
 _MEMO = DispatchMemo()
 
 
+@cache
+def process_poller() -> Poller:
+    """The poller of this process, kept so that what it knows outlives one pass.
+
+    Its dispatch memo, the problems it already reported and its place in a long list
+    serve every pass of a loop, or every poll task beat sends this worker.
+    """
+    return Poller(get_client(), get_ledger(), get_settings(), _MEMO)
+
+
 def poll_once(**overrides: Any) -> PollSummary:
     """One pass with this process's settings, ledger, API client and dispatch memo."""
+    if not overrides:
+        return process_poller().poll_once()
     poller = Poller(
         overrides.get("client") or get_client(),
         overrides.get("ledger") or get_ledger(),

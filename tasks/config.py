@@ -74,6 +74,8 @@ def celery_config(settings: Settings, registry: Registry) -> dict[str, Any]:
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
+        # A prefork pool process grown past this (KiB) is replaced once it has answered.
+        "worker_max_memory_per_child": settings.max_memory_per_child * 1024 or None,
         "task_time_limit": ceiling(settings),
         # Flower lists every task from the worker's received/started/succeeded events. The
         # publisher's "sent" event would add a PUBLISH per call on the poller for a state

@@ -2,25 +2,34 @@
 
 The plain function :func:`execute_call` holds the logic and is tested without Celery; the
 task is a thin wrapper. It never raises: a raised exception in a chord header means the
-callback never runs, so the session's other results would never be submitted.
+callback never runs, so the session's other results would wait for a lease to run out,
+the call would run again, and would finally be answered as poison. So a guard at the
+task's edge turns anything the tool, the parser or the serializer throws (recursion,
+encoding, ``MemoryError``) into a failed result with an honest message; only the death of
+the worker process reaches the poison path.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator, Mapping
 from functools import cache
 from typing import Any
 
 from celery import Task
 from celery.canvas import Signature
 
+from handlers.limits import Limits
 from handlers.registry import Registry
 from handlers.result import CallResult, Outcome
 from handlers.runner import (
+    failed,
+    invalid_arguments,
     parse_arguments,
     run_call,
     run_reconcile,
+    safe_str,
     unknown_function,
     where,
 )
@@ -52,9 +61,17 @@ def get_ledger() -> Ledger:
 
 
 def execute_call(
-    ref: CallRef, name: str, arguments: Any, ledger: Ledger, registry: Registry
+    ref: CallRef,
+    name: str,
+    arguments: Any,
+    ledger: Ledger,
+    registry: Registry,
+    problem: str | None = None,
 ) -> CallResult:
     """Run one call unless the ledger already holds its result; save and return the result.
+
+    ``problem`` says why the poller refused the call's arguments unread (too deep, too
+    large): the call is answered with that, and no tool runs.
 
     Raises:
         LedgerError: the ledger is unreachable, so "at most once" cannot be guaranteed;
@@ -84,7 +101,7 @@ def execute_call(
         )
         produced = poison(name, max_attempts)
     else:
-        produced = _produce(name, arguments, begin.attempts, registry, context)
+        produced = _produce(name, arguments, begin.attempts, registry, context, problem)
     elapsed = time.perf_counter() - started
     deadline = started + _hard_limit(registry, name) - SAVE_MARGIN
     result = save_result(ledger, ref, produced, deadline, context)
@@ -156,13 +173,21 @@ def poison(name: str, attempts: int) -> CallResult:
 
 
 def _produce(
-    name: str, arguments: Any, attempts: int, registry: Registry, context: dict[str, Any]
+    name: str,
+    arguments: Any,
+    attempts: int,
+    registry: Registry,
+    context: dict[str, Any],
+    problem: str | None,
 ) -> CallResult:
+    limits = get_limits()
     tool = registry.get(name)
     if tool is None:
         log.warning("%s unknown function", where(context), extra=context)
-        return unknown_function(registry, name)
-    args = parse_arguments(tool, arguments, context)
+        return unknown_function(registry, name, limits)
+    if problem is not None:
+        return invalid_arguments(tool.name, problem, context, limits)
+    args = parse_arguments(tool, arguments, context, limits)
     if isinstance(args, CallResult):
         return args
     if attempts > 1 and not tool.idempotent:
@@ -172,10 +197,26 @@ def _produce(
             attempts,
             extra=context,
         )
-        reconciled = run_reconcile(tool, args, context)
+        reconciled = run_reconcile(tool, args, context, limits)
         if reconciled is not None:
             return reconciled
-    return run_call(tool, args, context)
+    return run_call(tool, args, context, limits)
+
+
+@cache
+def get_limits() -> Limits:
+    """The limits of this process, from the ``TOOLFAN_MAX_*`` settings."""
+    return get_settings().limits
+
+
+def crashed(name: str, exc: BaseException) -> CallResult:
+    """The result of a call whose handling raised where nothing should have."""
+    return failed(
+        Outcome.EXCEPTION,
+        f"toolfan could not handle the call to {name[:200]!r}: {type(exc).__name__}: "
+        f"{safe_str(exc)}",
+        get_limits(),
+    )
 
 
 def result_payload(ref: CallRef, name: str, result: CallResult) -> dict[str, Any]:
@@ -189,26 +230,103 @@ def result_payload(ref: CallRef, name: str, result: CallResult) -> dict[str, Any
     }
 
 
+class Payload(Mapping[str, Any]):
+    """A task's JSON result whose repr, what Flower shows, leaves out output values.
+
+    Celery reports a task's return value to Flower as its repr (walking the items of a
+    real dict, so this is a mapping, not a dict); the chord and the result backend get the
+    JSON, which kombu's encoder takes from ``__json__``.
+    """
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self._data = data
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __json__(self) -> dict[str, Any]:
+        return self._data
+
+    def __repr__(self) -> str:
+        size = len(self.get("output") or self.get("error") or "")
+        return (
+            f"<result call_id={_clipped(self.get('call_id'))} outcome={self.get('outcome')} "
+            f"{'output' if self.get('success') else 'error'}_chars={size}>"
+        )
+
+
+def _clipped(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
 @app.task(name=EXECUTE_TASK, bind=True, max_retries=LEDGER_RETRIES)
 def execute(
-    self: Task[Any, Any], session_id: str, turn_id: str, call_id: str, name: str, arguments: Any
-) -> dict[str, Any]:
+    self: Task[Any, Any],
+    session_id: str,
+    turn_id: str,
+    call_id: str,
+    name: str,
+    arguments: Any,
+    problem: str | None = None,
+) -> Mapping[str, Any]:
     """Run one function call of a session; returns its result, never raises."""
     ref = CallRef(session_id, turn_id, call_id)
     try:
-        result = execute_call(ref, name, arguments, get_ledger(), load_registry())
+        result = execute_call(ref, name, arguments, get_ledger(), load_registry(), problem)
     except LedgerError as exc:
         if self.request.retries < LEDGER_RETRIES:
-            raise self.retry(countdown=2**self.request.retries, exc=exc) from exc
-        log.error("session_id=%s call_id=%s giving up: %s", session_id, call_id, exc)
+            reprs = call_reprs(session_id, turn_id, call_id, name)  # or Flower shows values
+            raise self.retry(countdown=2**self.request.retries, exc=exc, **reprs) from exc
+        log.error("%s giving up: %s", where(_ids(ref, name)), exc, extra=_ids(ref, name))
         result = CallResult.fail(
             Outcome.EXCEPTION, "toolfan could not record this call; retry later"
         )
-    return result_payload(ref, name, result)
+    except (Exception, RecursionError, MemoryError) as exc:
+        result = _guarded(ref, name, exc)
+    return Payload(result_payload(ref, name, result))
+
+
+def _guarded(ref: CallRef, name: str, exc: BaseException) -> CallResult:
+    """Answer a call whose handling raised, saving that answer when the ledger takes it."""
+    ids = _ids(ref, name)
+    log.error("%s handling the call raised", where(ids), exc_info=True, extra=ids)
+    result = crashed(name, exc)
+    try:
+        return get_ledger().finish(ref, result)
+    except Exception:  # the answer still goes out; a redelivery would give the same one
+        log.error("%s the failed result could not be saved", where(ids), extra=ids)
+        return result
+
+
+def _ids(ref: CallRef, name: str) -> dict[str, Any]:
+    return {
+        "session_id": ref.session_id,
+        "turn_id": ref.turn_id,
+        "call_id": ref.call_id,
+        "function": name,
+    }
+
+
+def call_reprs(session_id: str, turn_id: str, call_id: str, name: str) -> dict[str, Any]:
+    """What task events (Flower) show of an ``execute``: the ids, never argument values."""
+    shown = ", ".join(_clipped(v) for v in (session_id, turn_id, call_id, name))
+    return {"argsrepr": f"({shown}, {HIDDEN})", "kwargsrepr": "{}"}
 
 
 def call_signature(
-    session_id: str, turn_id: str, call_id: str, name: str, arguments: Any
+    session_id: str,
+    turn_id: str,
+    call_id: str,
+    name: str,
+    arguments: Any,
+    problem: str | None = None,
 ) -> Signature[Any]:
     """A routed ``execute`` signature: on its tool's queue, with its tool's hard time limit.
 
@@ -220,7 +338,8 @@ def call_signature(
     options: dict[str, Any] = {
         "queue": execute_queue(registry, name),
         "time_limit": _hard_limit(registry, name),
-        "argsrepr": f"({session_id!r}, {turn_id!r}, {call_id!r}, {name!r}, {HIDDEN})",
-        "kwargsrepr": "{}",
+        **call_reprs(session_id, turn_id, call_id, name),
     }
-    return execute.si(session_id, turn_id, call_id, name, arguments).set(**options)
+    args = (session_id, turn_id, call_id, name, arguments)
+    signature = execute.si(*args, problem) if problem is not None else execute.si(*args)
+    return signature.set(**options)

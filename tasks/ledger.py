@@ -9,15 +9,18 @@ a slow owner can never free a claim that has since passed to someone else.
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
+from urllib.parse import unquote
 
 import redis
 
 from handlers.errors import ToolfanError
 from handlers.result import CallResult
+from handlers.text import scrub
 from tasks import keys, metrics
 from tasks.scripts import (
     BEGIN,
@@ -26,6 +29,8 @@ from tasks.scripts import (
     MARK_SUBMITTED,
     RECLAIM,
     RELEASE,
+    REOPEN,
+    REPLACE,
     TAKEOVER,
 )
 
@@ -50,6 +55,19 @@ class CallRef:
     def key(self) -> str:
         """The ledger key of this call."""
         return keys.call(self.session_id, self.turn_id, self.call_id)
+
+    @property
+    def ids(self) -> str:
+        """The ids as stored in the call's record: a JSON array, ASCII-escaped.
+
+        Every id, lone surrogates included, is kept exactly, and any client can read it.
+        """
+        return json.dumps([self.session_id, self.turn_id, self.call_id])
+
+    @property
+    def ids_tuple(self) -> tuple[str, str, str]:
+        """The three ids."""
+        return self.session_id, self.turn_id, self.call_id
 
 
 @dataclass(frozen=True)
@@ -122,8 +140,11 @@ class SessionView:
 
 @dataclass(frozen=True)
 class CallRecord:
-    """The ledger's full view of one call."""
+    """The ledger's full view of one call, its ids as the API sent them."""
 
+    session_id: str
+    turn_id: str
+    call_id: str
     state: str
     attempts: int
     name: str | None
@@ -134,6 +155,7 @@ class CallRecord:
     submitted_at: float | None = None
     submission_key: str | None = None
     abandon_reason: str | None = None
+    refused_reason: str | None = None
 
 
 class Ledger:
@@ -149,6 +171,8 @@ class Ledger:
         self._release = client.register_script(RELEASE)
         self._reclaim = client.register_script(RECLAIM)
         self._takeover = client.register_script(TAKEOVER)
+        self._replace = client.register_script(REPLACE)
+        self._reopen = client.register_script(REOPEN)
 
     @classmethod
     def from_url(cls, url: str, ttl: int) -> Ledger:
@@ -157,34 +181,65 @@ class Ledger:
 
     def begin(self, ref: CallRef, name: str) -> Begin:
         """Mark an attempt started, unless the call already has a saved result."""
-        state, result, attempts = self._run(self._begin, [ref.key], [time.time(), self.ttl, name])
+        state, result, attempts = self._run(
+            self._begin, [ref.key], [time.time(), self.ttl, scrub(name), ref.ids]
+        )
         saved = CallResult.model_validate_json(result) if state == "done" else None
         return Begin(saved=saved, attempts=int(attempts))
 
     def finish(self, ref: CallRef, result: CallResult) -> CallResult:
         """Save a result; the first saved result wins and is returned to every caller."""
-        payload = result.model_dump_json(exclude_none=True)
-        saved = self._run(self._finish, [ref.key], [payload, time.time(), self.ttl])
+        payload = result.stored()
+        saved = self._run(self._finish, [ref.key], [payload, time.time(), self.ttl, ref.ids])
         return result if saved == payload else CallResult.model_validate_json(saved)
+
+    def replace(self, ref: CallRef, result: CallResult, reason: str) -> bool:
+        """Put ``result`` in place of a saved result the API refused; False if no record."""
+        return bool(
+            self._run(self._replace, [ref.key], [result.stored(), time.time(), scrub(reason)])
+        )
+
+    def reopen(self, refs: Sequence[CallRef], states: Iterable[str] = FINAL_STATES) -> int:
+        """Make final calls with a saved result sendable again; returns how many were."""
+        if set(states) - FINAL_STATES:
+            raise ValueError("only submitted and abandoned calls can be reopened")
+        if not refs:
+            return 0
+        return int(self._run(self._reopen, [ref.key for ref in refs], [time.time()]))
+
+    def sessions_with_state(self, state: str) -> list[str]:
+        """Sessions having a call in ``state`` (a SCAN of every record: for operators)."""
+        found: set[str] = set()
+        keys_ = self._call(lambda: list(self.client.scan_iter(f"{keys.PREFIX}:call:*", 1000)))
+        for start in range(0, len(keys_), 1000):
+            chunk = keys_[start : start + 1000]
+            pipe = self.client.pipeline(transaction=False)
+            for key in chunk:
+                pipe.hmget(key, ["state", "ids"])
+            for key, (seen, ids) in zip(chunk, self._call(pipe.execute), strict=True):
+                if seen == state:
+                    parsed = _ids(ids)
+                    found.add(parsed[0] if parsed else keys.session_of(key))
+        return sorted(found)
 
     def record(self, ref: CallRef) -> CallRecord | None:
         """The stored record of a call, or None when the ledger never saw it."""
         raw = cast(dict[str, str], self._call(self.client.hgetall, ref.key))
-        if not raw:
-            return None
-        result = raw.get("result")
-        return CallRecord(
-            state=raw.get("state", "unknown"),
-            attempts=int(raw.get("attempts", 0)),
-            name=raw.get("name"),
-            result=CallResult.model_validate_json(result) if result else None,
-            first_started_at=_float(raw.get("first_started_at")),
-            started_at=_float(raw.get("started_at")),
-            finished_at=_float(raw.get("finished_at")),
-            submitted_at=_float(raw.get("submitted_at")),
-            submission_key=raw.get("submission_key"),
-            abandon_reason=raw.get("abandon_reason"),
-        )
+        return _record(raw, ref) if raw else None
+
+    def records_of(self, session_id: str) -> list[CallRecord]:
+        """Every call record of one session (a SCAN: for operators, not hot paths)."""
+        found = sorted(self._call(lambda: list(self.client.scan_iter(keys.calls_of(session_id)))))
+        pipe = self.client.pipeline(transaction=False)
+        for key in found:
+            pipe.hgetall(key)
+        raws = cast(list[dict[str, str]], self._call(pipe.execute)) if found else []
+        records = [
+            _record(raw, _ref_from_key(session_id, key))
+            for key, raw in zip(found, raws, strict=True)
+            if raw
+        ]
+        return [r for r in records if r.session_id == session_id]
 
     def session_views(self, sessions: Sequence[tuple[str, Sequence[CallRef]]]) -> list[SessionView]:
         """Each session's claim, dispatch and calls' statuses, in one round trip for all."""
@@ -239,9 +294,12 @@ class Ledger:
 
     def mark_abandoned(self, refs: Sequence[CallRef], reason: str) -> None:
         """Record that the API refused these results for good, and why."""
-        self._mark(
-            refs, {"state": ABANDONED, "abandoned_at": time.time(), "abandon_reason": reason}
-        )
+        fields: dict[str, str | float] = {
+            "state": ABANDONED,
+            "abandoned_at": time.time(),
+            "abandon_reason": scrub(reason),
+        }
+        self._mark(refs, fields)
 
     def _mark(self, refs: Sequence[CallRef], fields: dict[str, str | float]) -> None:
         pipe = self.client.pipeline(transaction=True)
@@ -293,6 +351,49 @@ def _view(replies: Iterator[Any], calls: int) -> SessionView:
             CallStatus(state, CallResult.model_validate_json(result) if result else None)
         )
     return SessionView(owner, Dispatch.from_hash(dispatch), statuses)
+
+
+def _record(raw: dict[str, str], ref: CallRef) -> CallRecord:
+    """A record from its hash; ids stored in it (verbatim) win over those of ``ref``."""
+    result = raw.get("result")
+    session_id, turn_id, call_id = _ids(raw.get("ids")) or ref.ids_tuple
+    return CallRecord(
+        session_id=session_id,
+        turn_id=turn_id,
+        call_id=call_id,
+        state=raw.get("state", "unknown"),
+        attempts=int(raw.get("attempts", 0)),
+        name=raw.get("name"),
+        result=CallResult.model_validate_json(result) if result else None,
+        first_started_at=_float(raw.get("first_started_at")),
+        started_at=_float(raw.get("started_at")),
+        finished_at=_float(raw.get("finished_at")),
+        submitted_at=_float(raw.get("submitted_at")),
+        submission_key=raw.get("submission_key"),
+        abandon_reason=raw.get("abandon_reason"),
+        refused_reason=raw.get("refused_reason"),
+    )
+
+
+def _ids(raw: str | None) -> tuple[str, str, str] | None:
+    try:
+        ids = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    if isinstance(ids, list) and len(ids) == 3 and all(isinstance(i, str) for i in ids):
+        return ids[0], ids[1], ids[2]
+    return None
+
+
+def _ref_from_key(session_id: str, key: str) -> CallRef:
+    """The ids a record's key spells, for records written before ids were stored in them.
+
+    Such records were only written under keys of plain ids, which are spelled as
+    themselves; anything else is shown percent-decoded.
+    """
+    tail = key[len(keys.calls_of(session_id)) - 1 :]
+    turn, _, call = tail.partition(":")
+    return CallRef(session_id, unquote(turn), unquote(call))
 
 
 def _float(value: str | None) -> float | None:

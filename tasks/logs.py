@@ -4,6 +4,11 @@
 through ``extra=`` (session, turn and call ids, function, elapsed ms, output length,
 outcome) become top-level keys, so a log pipeline can filter on them. Argument values are
 logged at DEBUG only, and secrets are never passed to a logger in the first place.
+
+Log lines quote ids, tool errors and API messages, any of which may be megabytes long, so
+every handler toolfan configures cuts the message and each string field to
+``TOOLFAN_MAX_LOG_CHARS`` characters (:class:`ClipFilter`), in both formats; a traceback
+may take ten times that, since its frames matter, but its exception's message is cut too.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import logging
 import os
 from datetime import UTC, datetime
 from typing import Any
+
+from handlers.text import clip
 
 #: Attributes every LogRecord has; anything else on a record came from ``extra=``.
 #: ``data`` is Celery's context of a task log line, which holds the task's argument values.
@@ -32,8 +39,44 @@ class JSONFormatter(logging.Formatter):
         }
         data.update((k, v) for k, v in vars(record).items() if k not in _SKIPPED)
         if record.exc_info:
-            data["exception"] = self.formatException(record.exc_info)
+            data["exception"] = record.exc_text or self.formatException(record.exc_info)
         return json.dumps(data, default=str, ensure_ascii=False)
+
+
+#: A traceback may take this many fields' worth of characters: its frames matter.
+TRACEBACK_FIELDS = 10
+_PLAIN = logging.Formatter()
+
+
+class ClipFilter(logging.Filter):
+    """Cuts a record's message and its string ``extra=`` fields to ``limit`` characters."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Always keeps the record; rewrites what is too long in it."""
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken format: let the handler report it as usual
+            return True
+        if len(message) > self.limit:
+            record.msg, record.args = clip(message, self.limit), None
+        if record.exc_info and not record.exc_text:
+            trace = _PLAIN.formatException(record.exc_info)
+            record.exc_text = clip(trace, self.limit * TRACEBACK_FIELDS)
+        for name, value in vars(record).items():
+            if name not in _SKIPPED and isinstance(value, str) and len(value) > self.limit:
+                setattr(record, name, clip(value, self.limit))
+        return True
+
+
+def clip_handlers(logger: logging.Logger, limit: int) -> None:
+    """Give every handler of ``logger`` one :class:`ClipFilter` (idempotent)."""
+    for handler in logger.handlers:
+        if not any(isinstance(f, ClipFilter) for f in handler.filters):
+            handler.addFilter(ClipFilter(limit))
 
 
 def log_format() -> str:

@@ -59,6 +59,25 @@ STALE_CLAIMS = Gauge(
 LEDGER_ERRORS = Counter(
     "toolfan_ledger_errors", "Ledger operations that failed because Redis did not answer"
 )
+CONFIG_ERRORS = Counter(
+    "toolfan_config_errors",
+    "API requests refused because of toolfan's settings (key, URL, DNS, TLS), by kind",
+    ["kind"],
+)
+REFUSED_RESULTS = Counter(
+    "toolfan_refused_results",
+    "Results the API refused, sent again as an error so their batch could go through",
+)
+STUCK_CALLS = Gauge(
+    "toolfan_stuck_calls",
+    "Calls that overran their timeout and whose threads would not stop",
+    multiprocess_mode="livesum",
+)
+POLL_ERRORS = Counter(
+    "toolfan_poll_errors",
+    "Unreadable sessions, entries and pages, and passes cut short, by kind",
+    ["kind"],
+)
 POLL_DURATION = Histogram(
     "toolfan_poll_duration_seconds", "Duration of one poll pass", buckets=_LATENCY_BUCKETS
 )

@@ -5,20 +5,13 @@ These scan keys (SCAN, never KEYS), so they are for humans at a terminal, not ho
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from tasks import keys
-from tasks.ledger import ABANDONED, DONE, STARTED, SUBMITTED, CallRef, Ledger
-
-_GLOB = re.compile(r"([*?\[\]\\])")
-
-
-def _escape(text: str) -> str:
-    return _GLOB.sub(r"\\\1", text)
+from tasks.ledger import ABANDONED, DONE, STARTED, SUBMITTED, CallRecord, Dispatch, Ledger
 
 
 def _scan(ledger: Ledger, pattern: str) -> list[str]:
@@ -27,13 +20,7 @@ def _scan(ledger: Ledger, pattern: str) -> list[str]:
 
 def inspect_session(ledger: Ledger, session_id: str) -> dict[str, Any]:
     """Everything the ledger knows of one session, JSON-ready."""
-    prefix = keys.call(session_id, "", "")[: -len("::")]
-    calls = []
-    for key in _scan(ledger, _escape(prefix) + ":*"):
-        turn_id, call_id = key[len(prefix) + 1 :].split(":", 1)
-        record = ledger.record(CallRef(session_id, turn_id, call_id))
-        if record is not None:
-            calls.append({"turn_id": turn_id, "call_id": call_id, **_record(record)})
+    calls = [_record(record) for record in ledger.records_of(session_id)]
     dispatch = ledger.dispatch(session_id)
     return {
         "session_id": session_id,
@@ -44,8 +31,9 @@ def inspect_session(ledger: Ledger, session_id: str) -> dict[str, Any]:
     }
 
 
-def _record(record: Any) -> dict[str, Any]:
-    data = {k: v for k, v in record.__dict__.items() if v is not None and k != "result"}
+def _record(record: CallRecord) -> dict[str, Any]:
+    skipped = ("result", "session_id")
+    data = {k: v for k, v in record.__dict__.items() if v is not None and k not in skipped}
     if record.result is not None:
         data["result"] = record.result.to_json_dict()
     return data
@@ -86,8 +74,8 @@ def fleet_status(ledger: Ledger, queue_budget: float) -> FleetStatus:
     now = time.time()
     for key in _scan(ledger, f"{keys.PREFIX}:claim:*"):
         status.claims += 1
-        session_id = key[key.index("{") + 1 : key.rindex("}")]
-        dispatch = ledger.dispatch(session_id)
+        raw = cast(dict[str, str], ledger.client.hgetall(keys.dispatch_of_claim(key)))
+        dispatch = Dispatch.from_hash(raw) if raw else None
         if dispatch is not None and now > dispatch.dispatched_at + max(
             0.0, dispatch.lease_ms / 1000 - queue_budget
         ):

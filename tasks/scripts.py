@@ -12,7 +12,7 @@ end
 local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 if attempts == 1 then
   redis.call('HSET', KEYS[1], 'state', 'started', 'started_at', ARGV[1], 'name', ARGV[3],
-             'first_started_at', ARGV[1])
+             'first_started_at', ARGV[1], 'ids', ARGV[4])
 else
   redis.call('HSET', KEYS[1], 'state', 'started', 'started_at', ARGV[1])
 end
@@ -20,14 +20,25 @@ redis.call('EXPIRE', KEYS[1], ARGV[2])
 return {'started', false, attempts}
 """
 
-# A record created here (no 'state' before) gets its TTL; one from begin has it already.
+# A record created here (all four fields new) gets its TTL; one from begin has it already.
+# ARGV: result, time, TTL, the call's ids as a JSON array (kept verbatim, for operators).
 FINISH = """
 local result = redis.call('HGET', KEYS[1], 'result')
 if result then return result end
-if redis.call('HSET', KEYS[1], 'state', 'done', 'result', ARGV[1], 'finished_at', ARGV[2]) == 3 then
+if redis.call('HSET', KEYS[1], 'state', 'done', 'result', ARGV[1], 'finished_at', ARGV[2],
+              'ids', ARGV[4]) == 4 then
   redis.call('EXPIRE', KEYS[1], ARGV[3])
 end
 return ARGV[1]
+"""
+
+# Replace a saved result the API refused (its batch is sent again without it).
+# ARGV: the replacement, time, the API's reason.
+REPLACE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'done', 'result', ARGV[1], 'replaced_at', ARGV[2],
+           'refused_reason', ARGV[3])
+return 1
 """
 
 # KEYS: the claim, then the call records; ARGV: owner token, submission key, time, TTL.
@@ -67,4 +78,19 @@ TAKEOVER = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return 1
+"""
+
+# Reopen final calls that still have a saved result (``toolfan resubmit``).
+# KEYS: call records; ARGV: time.
+REOPEN = """
+local n = 0
+for i = 1, #KEYS do
+  local state = redis.call('HGET', KEYS[i], 'state')
+  if (state == 'submitted' or state == 'abandoned')
+      and redis.call('HEXISTS', KEYS[i], 'result') == 1 then
+    redis.call('HSET', KEYS[i], 'state', 'done', 'reopened_at', ARGV[1])
+    n = n + 1
+  end
+end
+return n
 """

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from handlers.errors import ToolfanError
+from handlers.limits import Limits
 from handlers.registry import Registry, registry
 
 _PREFIX = "TOOLFAN_"
@@ -56,6 +57,19 @@ class Settings(BaseModel):
     session_metadata: dict[str, str] = Field(
         default_factory=dict, description="only poll sessions with these metadata, k=v,k2=v2"
     )
+    max_argument_bytes: int = Field(1_048_576, gt=0, description="a call's arguments, as JSON")
+    max_depth: int = Field(64, ge=1, le=1000, description="nesting of a call's arguments")
+    max_error_chars: int = Field(4_000, ge=100, description="an error message for the model")
+    max_image_url_chars: int = Field(2_000_000, gt=0, description="one input_image URL")
+    max_content_parts: int = Field(100, gt=0, description="parts of one content array")
+    max_content_bytes: int = Field(4_194_304, gt=0, description="one content array, all parts")
+    max_batch_bytes: int = Field(16_777_216, ge=65_536, description="one batch of results")
+    max_log_chars: int = Field(2_000, ge=100, description="one field of a log line")
+    poll_max_pages: int = Field(10_000, gt=0, description="pages one poll pass reads at most")
+    poll_max_seconds: float = Field(300.0, gt=0, description="seconds one poll pass lists at most")
+    max_memory_per_child: int = Field(
+        1024, ge=0, description="MiB a prefork pool process may reach before it is recycled"
+    )
 
     @field_validator("handlers", mode="before")
     @classmethod
@@ -78,6 +92,18 @@ class Settings(BaseModel):
     @classmethod
     def _blank_is_none(cls, value: Any) -> Any:
         return value or None
+
+    @property
+    def limits(self) -> Limits:
+        """The bounds on one call's arguments and result."""
+        return Limits(
+            argument_bytes=self.max_argument_bytes,
+            depth=self.max_depth,
+            error_chars=self.max_error_chars,
+            image_url_chars=self.max_image_url_chars,
+            content_parts=self.max_content_parts,
+            content_bytes=self.max_content_bytes,
+        )
 
     @property
     def broker(self) -> str:

@@ -1,26 +1,46 @@
-"""Worker process hooks: JSON logs, the metrics endpoint, and clean-up of dead children."""
+"""Worker process hooks: JSON logs, the metrics endpoint, and recycling of pool processes.
+
+A prefork pool process whose tool overran its timeout and would not stop (see
+:mod:`handlers.threads`) keeps a thread burning a core for as long as it lives. So such a
+process is recycled once it has answered: it leaves before taking its next task, and the
+pool starts a fresh one (the same way ``worker_max_memory_per_child`` recycles a process
+grown past ``TOOLFAN_MAX_MEMORY_PER_CHILD``). On thread pools nothing can be recycled; the
+stuck calls are counted in ``toolfan_stuck_calls`` and logged.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
+    task_postrun,
     worker_init,
+    worker_process_init,
     worker_process_shutdown,
 )
 
+from handlers.threads import RUNNERS
 from tasks import metrics
-from tasks.logs import quiet_celery_results, use_json
+from tasks.logs import clip_handlers, quiet_celery_results, use_json
+from tasks.settings import get_settings
+
+log = logging.getLogger("toolfan.worker")
+
+#: Set in a pool process that should leave before its next task.
+RECYCLE = threading.Event()
 
 
 @after_setup_logger.connect
 @after_setup_task_logger.connect
 def _structured_logs(logger: logging.Logger, **kwargs: Any) -> None:
     use_json(logger)
+    clip_handlers(logger, get_settings().max_log_chars)
     quiet_celery_results()
 
 
@@ -29,6 +49,55 @@ def _serve_metrics(**kwargs: Any) -> None:
     port = metrics.port_from_env()
     if port is not None:
         metrics.serve(port)
+
+
+@worker_process_init.connect
+def _recycle_when_stuck(**kwargs: Any) -> None:
+    """In a prefork pool process: leave before the next task once a call got stuck."""
+    RECYCLE.clear()
+    RUNNERS.on_stuck = _stuck
+    worker = _pool_worker()
+    if worker is None:
+        return
+    receive: Callable[..., Any] = worker.wait_for_job
+
+    def wait_for_job(*args: Any, **kw: Any) -> Any:
+        if RECYCLE.is_set():
+            log.warning("recycling this pool process: a call that overran would not stop")
+            raise SystemExit(0)
+        return receive(*args, **kw)
+
+    worker.wait_for_job = wait_for_job
+
+
+def _pool_worker() -> Any:
+    """Billiard's worker object of this pool process (the target it runs), if there is one.
+
+    It is read here, during the pool initializer, before its task loop starts: the loop
+    keeps the job-receiving function it finds then, which is where a recycle can start.
+    """
+    try:
+        from billiard.process import current_process
+    except ImportError:  # pragma: no cover - billiard comes with Celery
+        return None
+    target = getattr(current_process(), "_target", None)
+    return target if hasattr(target, "wait_for_job") else None
+
+
+def _stuck() -> None:
+    RECYCLE.set()
+    metrics.STUCK_CALLS.set(RUNNERS.stuck())
+
+
+@task_postrun.connect
+def _report_stuck(**kwargs: Any) -> None:
+    """Keep the stuck-calls gauge current on every pool (threads and gevent too)."""
+    if RUNNERS.on_stuck is None:
+        RUNNERS.on_stuck = lambda: log.warning(
+            "a call that overran its timeout would not stop (%d such calls in this process)",
+            RUNNERS.stuck(),
+        )
+    metrics.STUCK_CALLS.set(RUNNERS.stuck())
 
 
 @worker_process_shutdown.connect

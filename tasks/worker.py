@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tasks.queues import all_queues
+from tasks.queues import ControlQueue, all_queues
 from tasks.settings import load_registry
 
 
@@ -16,6 +16,23 @@ def worker_argv(options: Sequence[str]) -> list[str]:
     if not any(o in ("-l", "--loglevel") or o.startswith(("-l", "--loglevel=")) for o in options):
         argv += ["--loglevel", "INFO"]
     return argv
+
+
+def queues_option(options: Sequence[str]) -> list[str] | None:
+    """The queues a ``-Q``/``--queues`` option names, or None without one."""
+    for i, option in enumerate(options):
+        if option in ("-Q", "--queues") and i + 1 < len(options):
+            return options[i + 1].split(",")
+        for prefix in ("--queues=", "-Q"):
+            if option.startswith(prefix) and len(option) > len(prefix):
+                return option[len(prefix) :].split(",")
+    return None
+
+
+def serves_control_queues(options: Sequence[str]) -> bool:
+    """Whether the worker consumes ``toolfan.submit`` or ``toolfan.poll`` (the API's users)."""
+    queues = queues_option(options)
+    return queues is None or any(q.strip() in set(ControlQueue) for q in queues)
 
 
 def run_worker(options: Sequence[str]) -> int:

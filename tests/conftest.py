@@ -28,6 +28,8 @@ from tests.services import ROOT, Worker
 _stack = contextlib.ExitStack()
 #: A tool queue no test worker consumes, for calls that must wait past their deadline.
 UNSERVED_QUEUE = "fn.unserved"
+#: A tool queue only a test's own worker consumes (one with settings of its own).
+PRIVATE_QUEUE = "fn.private"
 TEST_HANDLERS = "handlers.examples,tests.tools"
 
 
@@ -119,7 +121,7 @@ def worker(emulator: EmulatorServer) -> Iterator[Worker]:
     from tasks.settings import load_registry
 
     app.control.purge()  # messages a previous run left behind would only add noise
-    queues = [q for q in all_queues(load_registry()) if q != UNSERVED_QUEUE]
+    queues = [q for q in all_queues(load_registry()) if q not in (UNSERVED_QUEUE, PRIVATE_QUEUE)]
     w = Worker(
         [
             "-c",

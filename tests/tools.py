@@ -114,3 +114,81 @@ def unserved(seconds: float = 0.0) -> str:
 def collect(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Chord callback for the tests: hands the header results back unchanged."""
     return results
+
+
+@tool(timeout=5)
+def echo(text: str) -> str:
+    """Returns its argument: each call's output names the call, so cross-talk shows."""
+    return text
+
+
+@tool(timeout=5)
+def emit(kind: str, size: int = 0, text: str = "") -> Any:
+    """Returns (or raises) a hostile value of the given ``kind``, starting with ``text``."""
+    big = "x" * size
+    values: dict[str, Any] = {
+        "surrogate": f"{text}\ud800-\ud83d\ude00",
+        "nul": f"{text}\x00end",
+        "empty_part": [{"type": "input_text", "text": ""}, {"type": "input_text", "text": text}],
+        "only_empty_parts": [{"type": "input_text", "text": ""}],
+        "image": [
+            {"type": "input_text", "text": text},
+            {"type": "input_image", "image_url": "data:," + big},
+        ],
+        "parts": [{"type": "input_text", "text": text}] * size,
+        "text": text + big,
+    }
+    if kind == "tool_error":
+        raise ToolError(text + big)
+    if kind == "exception":
+        raise ValueError(text + big)
+    if kind == "deep":
+        value: list[Any] = []
+        for _ in range(size):
+            value = [value]
+        return value
+    return values[kind]
+
+
+def _progress(key: str) -> None:
+    _redis().incr(f"test:spin:{key}")
+
+
+@tool(timeout=1)
+def spin(key: str) -> str:
+    """Loops until stopped, counting its progress: a runaway sync tool."""
+    last = 0.0
+    while True:
+        if time.monotonic() - last > 0.05:
+            _progress(key)
+            last = time.monotonic()
+
+
+@tool(timeout=1)
+def stubborn(key: str) -> str:
+    """A runaway that swallows even the exception meant to stop it."""
+    last = 0.0
+    while True:
+        try:
+            while True:
+                if time.monotonic() - last > 0.05:
+                    _progress(key)
+                    last = time.monotonic()
+        except BaseException:
+            continue
+
+
+@tool(timeout=5)
+def pid() -> int:
+    """The pid of the process running the call."""
+    return os.getpid()
+
+
+_HOARD: list[bytes] = []
+
+
+@tool(timeout=10, queue="fn.private")
+def hoard(megabytes: int) -> int:
+    """Keeps ``megabytes`` more memory for good: a leaking tool (on a test's own worker)."""
+    _HOARD.append(os.urandom(1024) * (megabytes * 1024))
+    return os.getpid()

@@ -19,9 +19,12 @@ from dispatcher.errors import (
     APITimeoutError,
     AuthenticationError,
     BadRequestError,
+    ConfigurationError,
     ConflictError,
+    EndpointError,
     FinalAPIError,
     NotFoundError,
+    PermissionDeniedError,
     RateLimitError,
     RetriesExhausted,
     RetryableAPIError,
@@ -403,9 +406,13 @@ def test_error_tree() -> None:
     ):
         assert issubclass(retryable, RetryableAPIError)
         assert not issubclass(retryable, FinalAPIError)
-    for final in (BadRequestError, AuthenticationError, NotFoundError, ConflictError):
+    for final in (BadRequestError, NotFoundError, ConflictError):
         assert issubclass(final, FinalAPIError)
         assert not issubclass(final, RetryableAPIError)
+    # A refused key or an unusable URL says nothing about a batch: neither final nor retryable.
+    for config in (AuthenticationError, PermissionDeniedError, EndpointError):
+        assert issubclass(config, ConfigurationError)
+        assert not issubclass(config, FinalAPIError | RetryableAPIError)
 
 
 def test_backoff_is_full_jitter_and_capped() -> None:

@@ -154,6 +154,10 @@ def test_poll_once_cli_fails_clearly_when_api_unreachable_or_key_refused(api):
             timeout=60,
             env={**os.environ, "OPENAI_BASE_URL": strict.base_url, "OPENAI_API_KEY": "wrong"},
         )
-    assert refused.returncode == 1
-    assert "AuthenticationError: the API key was refused" in refused.stderr
+    # A refused key is a setting to fix, not a failed pass: the poller refuses to start,
+    # with one line naming the variable.
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("toolfan: cannot start: OPENAI_API_KEY: ")
+    assert "the API key was refused" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
     assert "wrong" not in refused.stderr

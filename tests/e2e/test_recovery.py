@@ -5,12 +5,13 @@ import uuid
 import pytest
 
 from dispatcher.models import Session
-from dispatcher.poll import PollSummary, _unique_calls
+from dispatcher.poll import PollSummary
 from emulator import function_call
+from tasks.batch import batch_key, build_body
 from tasks.execute import execute_call, get_ledger
 from tasks.ledger import ABANDONED, SUBMITTED, CallRef
 from tasks.settings import load_registry
-from tasks.submit import Submitted, get_client, idempotency_key, submit_results
+from tasks.submit import Submitted, get_client, submit_results
 from tests.e2e.harness import poller
 from tests.services import wait_for
 
@@ -42,11 +43,16 @@ def payloads(sid, actions, output="x"):
     ]
 
 
-def test_idempotency_key_depends_on_session_and_sorted_calls():
-    a = idempotency_key("s", [["t", "c1"], ["t", "c2"]])
-    assert a == idempotency_key("s", [["t", "c2"], ["t", "c1"]])
-    assert a != idempotency_key("s2", [["t", "c1"], ["t", "c2"]])
-    assert a != idempotency_key("s", [["t", "c1"]])
+def test_batch_key_depends_on_session_and_body_not_on_call_order():
+    results = payloads("s", [function_call("add", {}, turn_id="t", call_id=c) for c in "ab"])
+    order, body = build_body(results, 1 << 20)
+    assert order == [("t", "a"), ("t", "b")]
+    assert build_body(results[::-1], 1 << 20) == (order, body)
+    a = batch_key("s", body)
+    assert a == batch_key("s", build_body(results[::-1], 1 << 20)[1])
+    assert a != batch_key("s2", body)
+    assert a != batch_key("s", build_body(results[:1], 1 << 20)[1])
+    assert a != batch_key("s", build_body(payloads("s", results, output="y"), 1 << 20)[1])
     assert a.startswith("toolfan-")
 
 
@@ -106,7 +112,7 @@ def test_accepted_batch_marks_calls_submitted(api):
     ) is (Submitted.ACCEPTED)
     record = ledger.record(refs(sid, actions)[0])
     assert record.state == SUBMITTED
-    assert record.submission_key == idempotency_key(sid, calls)
+    assert record.submission_key == batch_key(sid, build_body(payloads(sid, actions), 1 << 24)[1])
     assert api.batches(sid)[0].idempotency_key == record.submission_key
 
 
@@ -152,5 +158,5 @@ def test_repeated_call_entries_are_counted_once_as_errors():
         {"id": "s", "status": "requires_action", "required_actions": [entry, entry]}
     )
     summary = PollSummary()
-    assert [c.call_id for c in _unique_calls(session, summary)] == ["c"]
+    assert [c.call_id for c in poller()._unique_calls(session, summary)] == ["c"]
     assert summary.errors == 1

@@ -96,8 +96,9 @@ def test_redis_outage_fails_poll_cleanly_and_next_run_recovers(api, redis_client
         text=True,
         timeout=60,
     )
-    assert down.returncode == 1
-    assert down.stderr.startswith("toolfan: poll failed: LedgerError: ledger unavailable")
+    # The start check finds Redis down before the pass: one line naming the setting.
+    assert down.returncode == 2
+    assert down.stderr.startswith("toolfan: cannot start: TOOLFAN_REDIS_URL: redis://127.0.0.1:9")
     assert len(down.stderr.strip().splitlines()) == 1
     assert api.requests("/events") == []
     again = subprocess.run(

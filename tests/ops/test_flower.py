@@ -122,3 +122,32 @@ def test_flower_takes_basic_auth_from_the_environment(tmp_path: Path):
         assert httpx.get(url).status_code == 401
     finally:
         service.stop()
+
+
+def test_flower_shows_outcomes_and_sizes_never_outputs_or_tokens(flower: httpx.Client, api):
+    from emulator import function_call
+    from tasks.execute import get_ledger
+    from tests.e2e.harness import poll_loop
+
+    secret = f"output-{uuid.uuid4().hex}"
+    sid = api.create_session([function_call("echo", {"text": secret}, turn_id="t", call_id="c")])[
+        "id"
+    ]
+    with poll_loop():
+        wait_for(lambda: api.batches(sid), 30, "the batch")
+    token = get_ledger().dispatch(sid).token
+
+    def both_listed() -> list[dict[str, Any]] | None:
+        tasks = [t for t in flower_tasks(flower).values() if sid in f"{t['args']}{t['kwargs']}"]
+        names = {t["name"] for t in tasks}
+        done = all(t["state"] == "SUCCESS" for t in tasks)
+        return tasks if names == {"toolfan.execute", "toolfan.submit"} and done else None
+
+    tasks = wait_for(both_listed, 30, "Flower to list the execute and the submit")
+    shown = " ".join(f"{t['args']} {t['kwargs']} {t.get('result')}" for t in tasks)
+    assert secret not in shown and token not in shown, shown
+    execute_task = next(t for t in tasks if t["name"] == "toolfan.execute")
+    assert "outcome=ok" in execute_task["result"]
+    assert f"output_chars={len(secret)}" in execute_task["result"]
+    submit_task = next(t for t in tasks if t["name"] == "toolfan.submit")
+    assert "<results of 1 call(s)>" in submit_task["args"]

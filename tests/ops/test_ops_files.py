@@ -35,6 +35,10 @@ METRICS = {
     "toolfan_poll_duration_seconds",
     "toolfan_abandoned_calls_total",
     "toolfan_ledger_errors_total",
+    "toolfan_config_errors_total",
+    "toolfan_refused_results_total",
+    "toolfan_stuck_calls",
+    "toolfan_poll_errors_total",
 }
 K8S = path("ops/k8s")
 
@@ -162,7 +166,8 @@ def test_prometheus_scrapes_the_compose_services_on_their_metrics_port():
 
 def test_alerts_cover_the_failure_modes():
     names = {rule["alert"] for rule in alert_rules()}
-    for needed in ("SessionsStuck", "AbandonedCalls", "WorkerDown", "QueueBacklog", "StaleClaims"):
+    needed_alerts = ("SessionsStuck", "AbandonedCalls", "WorkerDown", "QueueBacklog", "StaleClaims")
+    for needed in (*needed_alerts, "ConfigurationErrors", "StuckCalls"):
         assert f"Toolfan{needed}" in names
     for rule in alert_rules():
         assert rule["labels"]["severity"] in {"critical", "warning", "info"}, rule["alert"]

@@ -331,10 +331,8 @@ class AgentsClient:
         """One request: the response on success, a retryable error, or raise a final one."""
         where = f"{method} {self.base_url}{_shown(path)}"
         try:
-            query = httpx.QueryParams(tuple(params)) if params else None
-            response = self._http.request(
-                method, path, params=query, content=content, headers=headers
-            )
+            url = f"{path}?{query_string(params)}" if params else path
+            response = self._http.request(method, url, content=content, headers=headers)
         except httpx.TimeoutException as exc:
             return APITimeoutError(f"{where}: no answer in time ({type(exc).__name__})")
         except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
@@ -420,6 +418,19 @@ def path_segment(value: str) -> str:
     if value in ("", ".", ".."):
         raise BadRequestError(f"the id {value!r} cannot be sent in a URL path")
     return quote_from_bytes(value.encode("utf-8", "surrogatepass"), safe=_PATH_SAFE)
+
+
+def query_string(params: Sequence[tuple[str, str]]) -> str:
+    """``params`` percent-encoded as a query string, lone surrogates as their bytes.
+
+    The ``after`` cursor is a session id, which may hold anything; httpx would refuse to
+    encode a lone surrogate and fail the pass.
+    """
+    return "&".join(f"{_quoted(key)}={_quoted(value)}" for key, value in params)
+
+
+def _quoted(text: str) -> str:
+    return quote_from_bytes(text.encode("utf-8", "surrogatepass"), safe="")
 
 
 def events_body(events: Sequence[Mapping[str, Any]]) -> bytes:

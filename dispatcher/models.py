@@ -59,19 +59,34 @@ RequiredAction = FunctionCall | OpaqueAction
 
 
 def parse_action(value: Any) -> RequiredAction:
-    """Read one ``required_actions`` entry, never raising."""
+    """Read one ``required_actions`` entry, never raising.
+
+    Read field by field rather than validated: an id may hold any character, lone
+    surrogates included, which pydantic refuses as a string, and it must come back
+    exactly as sent to answer the call.
+    """
     if isinstance(value, FunctionCall | OpaqueAction):
         return value
     if not isinstance(value, dict):
-        return OpaqueAction(type="<invalid>", raw={"value": value}, problem="not a JSON object")
+        return _opaque("<invalid>", {"value": value}, "not a JSON object")
     kind = value.get("type")
-    if kind == "function_call":
-        try:
-            return FunctionCall.model_validate(value)
-        except ValidationError as exc:
-            problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            return OpaqueAction(type=kind, raw=value, problem=f"malformed function_call: {problem}")
-    return OpaqueAction(type=kind if isinstance(kind, str) else "<missing>", raw=value)
+    if kind != "function_call":
+        return _opaque(kind if isinstance(kind, str) else "<missing>", value)
+    bad = [k for k in ("turn_id", "call_id") if not isinstance(value.get(k), str) or not value[k]]
+    if bad:
+        problem = "; ".join(f"{k}: expected a non-empty string" for k in bad)
+        return _opaque(kind, value, f"malformed function_call: {problem}")
+    return FunctionCall.model_construct(
+        type="function_call",
+        turn_id=value["turn_id"],
+        call_id=value["call_id"],
+        name=_name(value.get("name")),
+        arguments=value.get("arguments"),
+    )
+
+
+def _opaque(kind: str, raw: dict[str, Any], problem: str | None = None) -> OpaqueAction:
+    return OpaqueAction.model_construct(type=kind, raw=raw, problem=problem)
 
 
 class Agent(_Model):

@@ -16,14 +16,12 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
-import signal
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from dispatcher.devstack import wait_for
@@ -36,8 +34,9 @@ from tests.chaos.plan import (
     plan_sessions,
     plan_waves,
 )
-from tests.chaos.stack import ChaosStack, DatabasesClobbered, StackConfig
+from tests.chaos.stack import ChaosStack, StackConfig
 from tests.chaos.verify import Faults, Tally, verify
+from tests.owned import DatabasesClobbered, exit_on_sigterm
 
 Progress = Callable[[str], None]
 
@@ -254,19 +253,10 @@ def parse_args(argv: Iterable[str] | None = None) -> ChaosConfig:
     )
 
 
-def _exit_on_sigterm() -> None:
-    """Turn SIGTERM into SystemExit, so the stack is still stopped and nothing is left."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, handler)
-
-
 def main(argv: Iterable[str] | None = None) -> int:
     """Entry point: 0 when exactly-once held under every fault, 1 when not, 2 if void."""
     config = parse_args(argv)
-    _exit_on_sigterm()
+    exit_on_sigterm()
     try:
         result = run_chaos(config)
     except DatabasesClobbered as exc:

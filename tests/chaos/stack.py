@@ -11,7 +11,6 @@ import contextlib
 import os
 import random
 import signal
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,14 +20,9 @@ from dispatcher.devstack import Service, Stack, redis_base_url
 from emulator import EmulatorServer, EmulatorState, running_emulator
 from emulator.testing import TEST_API_KEY
 from tests.chaos.keys import BUSY
+from tests.owned import OwnedDatabases
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Key holding this run's token in both databases while the run owns them.
-SENTINEL = "chaos:owner"
-
-
-class DatabasesClobbered(RuntimeError):
-    """Something else flushed or wrote over the chaos run's Redis databases."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +71,7 @@ class ChaosStack(Stack):
         self._started = 0
         self._env: dict[str, str] = {}
         self._base = ""
-        self._token = uuid.uuid4().hex
+        self.databases: OwnedDatabases | None = None
         self.emulator: EmulatorServer | None = None
 
     # --- life cycle --------------------------------------------------------------------
@@ -85,9 +79,11 @@ class ChaosStack(Stack):
     def _start(self) -> None:
         url = os.environ.get("TOOLFAN_REDIS_URL", "redis://localhost:6379/0")
         self._base = self._stack.enter_context(redis_base_url(url))
-        self._flush()
-        self._stack.callback(self._flush)
-        self._mark()
+        dbs = (self.config.broker_db, self.config.ledger_db)
+        self.databases = OwnedDatabases(self._base, dbs, "chaos")
+        self.databases.flush()
+        self._stack.callback(self.databases.flush)
+        self.databases.mark()
         self.emulator = self._stack.enter_context(running_emulator())
         self._env = self._service_env(self.emulator.base_url)
         self._stack.callback(self.stop_services)
@@ -120,41 +116,10 @@ class ChaosStack(Stack):
         self.poller = None
         self.workers = []
 
-    def _flush(self) -> None:
-        for db in (self.config.broker_db, self.config.ledger_db):
-            client = redis.Redis.from_url(f"{self._base}/{db}")
-            try:
-                client.flushdb()
-            finally:
-                client.close()
-
-    def _mark(self) -> None:
-        """Leave a sentinel in both databases, to notice if anything else flushes them."""
-        for db in (self.config.broker_db, self.config.ledger_db):
-            client = redis.Redis.from_url(f"{self._base}/{db}")
-            try:
-                client.set(SENTINEL, self._token)
-            finally:
-                client.close()
-
     def check_databases(self) -> None:
-        """Make sure nothing else flushed or reused our databases during the run.
-
-        Raises:
-            DatabasesClobbered: naming the databases, since the figures are then void.
-        """
-        for db in (self.config.broker_db, self.config.ledger_db):
-            client = redis.Redis.from_url(f"{self._base}/{db}", decode_responses=True)
-            try:
-                owner = client.get(SENTINEL)
-            finally:
-                client.close()
-            if owner != self._token:
-                raise DatabasesClobbered(
-                    f"Redis database {db} of {self._base} was flushed or taken over by another "
-                    "process during the chaos run (another test or run using the same "
-                    "database?); the figures would be meaningless: pick others with --dbs"
-                )
+        """Make sure nothing else flushed or reused the databases (see tests.owned)."""
+        assert self.databases is not None
+        self.databases.check()
 
     def _service_env(self, base_url: str) -> dict[str, str]:
         """The environment of every service: ours only, none of the caller's toolfan settings."""

@@ -35,6 +35,7 @@ from celery import Task
 
 from dispatcher.client import AgentsClient
 from dispatcher.errors import (
+    APIError,
     BadRequestError,
     ConfigurationError,
     FinalAPIError,
@@ -151,16 +152,20 @@ class _Batch:
             try:
                 accepted = self.client.submit_body(self.session_id, body, key)
             except BadRequestError as exc:
+                _count_attempt(exc)
                 if self._isolate(exc, order):
                     continue
                 return self._abandon(exc, key)
             except NotFoundError as exc:
+                _count_attempt(exc)
                 self._probe_route(exc)
                 return self._abandon(exc, key)
             except ConfigurationError as exc:
+                _count_attempt(exc)
                 _count_config_error(exc)
                 raise
             except FinalAPIError as exc:
+                _count_attempt(exc)
                 return self._abandon(exc, key)
             except RetryableAPIError:
                 _count_attempt("retry")
@@ -173,7 +178,6 @@ class _Batch:
 
     def _isolate(self, exc: BadRequestError, order: list[tuple[str, str]]) -> bool:
         """Replace the one result the refusal names; False when it names none or gave up."""
-        _count_attempt(str(exc.status_code or "final"))
         found = _EVENT_PARAM.search(exc.param or "") or _EVENT_PARAM.search(exc.message)
         index = int(found.group(1)) if found else -1
         if not 0 <= index < len(order):
@@ -211,7 +215,6 @@ class _Batch:
             raise error from exc
 
     def _abandon(self, exc: FinalAPIError, key: str) -> Submitted:
-        _count_attempt(str(exc.status_code or "final"))
         log.error("%s key=%s batch refused for good: %s", self.ids, key, exc.message)
         self.ledger.mark_abandoned(self.refs, clip(exc.message, 2000))
         self.ledger.release(self.session_id, self.token)
@@ -237,8 +240,11 @@ def _identity(result: Mapping[str, Any]) -> dict[str, Any]:
     return {k: result[k] for k in keep if k in result}
 
 
-def _count_attempt(status: str) -> None:
-    metrics.SUBMIT_ATTEMPTS.labels(status).inc()
+def _count_attempt(outcome: str | APIError) -> None:
+    """Count one batch sent, by its HTTP status (``retry``, ``final`` without one)."""
+    if isinstance(outcome, APIError):
+        outcome = str(outcome.status_code or "final")
+    metrics.SUBMIT_ATTEMPTS.labels(outcome).inc()
 
 
 def _count_config_error(exc: ConfigurationError) -> None:

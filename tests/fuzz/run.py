@@ -286,6 +286,12 @@ def parse_args(argv: Iterable[str] | None = None) -> FuzzConfig:
     p = argparse.ArgumentParser(prog="python -m tests.fuzz", description=__doc__.split("\n")[0])
     p.add_argument("--sessions", type=int, default=300, help="sessions to seed (300)")
     p.add_argument("--seed", type=int, default=1, help="seed of the whole run (1)")
+    p.add_argument(
+        "--seed-window",
+        type=float,
+        help="seconds over which to seed the sessions (0.01 s each): a long run should seed "
+        "no faster than one worker answers, or it measures a backlog, not hostile input",
+    )
     p.add_argument("--settle-timeout", type=float, default=120.0, help="wait for answers (120)")
     p.add_argument(
         "--stall-timeout", type=float, default=20.0, help="stop once idle this long (20)"
@@ -304,6 +310,7 @@ def parse_args(argv: Iterable[str] | None = None) -> FuzzConfig:
     return FuzzConfig(
         sessions=a.sessions,
         seed=a.seed,
+        seed_window=a.seed_window,
         settle_timeout=a.settle_timeout,
         stall_timeout=a.stall_timeout,
         broker_db=broker_db,

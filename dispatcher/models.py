@@ -158,6 +158,16 @@ def parse_session(raw: Any) -> Session | BadSession:
     """
     if not isinstance(raw, dict):
         return BadSession(None, "not a JSON object")
+    try:  # the common case, at pydantic's speed; anything odd is read field by field
+        session = Session.model_validate(raw)
+    except ValidationError:
+        return _tolerant_session(raw)
+    if session.id in _DOT_SEGMENTS:
+        return BadSession(session.id, "an id that no URL path can carry")
+    return session
+
+
+def _tolerant_session(raw: dict[str, Any]) -> Session | BadSession:
     ident = raw.get("id")
     if not isinstance(ident, str) or not ident:
         return BadSession(None, "no usable id")

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
 from types import TracebackType
 from typing import Any, Literal
-from urllib.parse import quote_from_bytes
 
 import httpx
 
@@ -44,7 +43,7 @@ from dispatcher.errors import (
     UnexpectedResponseError,
 )
 from dispatcher.listing import ListBudget, Listing
-from dispatcher.models import BadSession, Session, parse_session
+from dispatcher.models import BadSession, Session, addressable, parse_session, url_form
 from dispatcher.retry import RetryPolicy, parse_retry_after
 from handlers import jsonsafe
 
@@ -64,8 +63,6 @@ _FINAL_BY_STATUS: Mapping[int, type[APIError]] = {
 #: Levels of a page around a call's arguments (page, data, session, actions, action), so
 #: arguments as deep as the limit arrive whole and deeper ones as a marker the poller reads.
 PAGE_DEPTH = 8
-#: Characters the official SDK leaves unescaped in a path segment (RFC 3986 pchar).
-_PATH_SAFE = "!$&'()*+,;=:@"
 
 
 def user_agent() -> str:
@@ -190,7 +187,7 @@ class AgentsClient:
         if agent_id is not None:
             params.append(("agent_id", agent_id))
         params += [(f"metadata[{k}]", v) for k, v in (metadata or {}).items()]
-        return Listing(self._page, params, budget or ListBudget(), after)
+        return Listing(self._page, params, budget or ListBudget(), after, addressable)
 
     def iter_sessions(
         self,
@@ -335,8 +332,10 @@ class AgentsClient:
             response = self._http.request(method, url, content=content, headers=headers)
         except httpx.TimeoutException as exc:
             return APITimeoutError(f"{where}: no answer in time ({type(exc).__name__})")
-        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+        except httpx.UnsupportedProtocol as exc:
             raise EndpointError(f"{where}: unusable base URL ({exc})") from exc
+        except httpx.InvalidURL as exc:  # the base URL was vetted: this request's own URL
+            raise BadRequestError(f"{where}: the request URL cannot be sent ({exc})") from exc
         except httpx.TransportError as exc:
             endpoint = _endpoint_problem(exc)
             if endpoint is not None:
@@ -412,12 +411,12 @@ def path_segment(value: str) -> str:
     Lone surrogates are sent as their ``surrogatepass`` bytes rather than failing.
 
     Raises:
-        BadRequestError: the id is empty, ``.`` or ``..``: no path can carry it (a client
-            would send the request to another resource), so this is final for its batch.
+        BadRequestError: the id is empty, ``.`` or ``..`` (a client would send the request
+            to another resource), or too long for a URL: final for its batch.
     """
-    if value in ("", ".", ".."):
-        raise BadRequestError(f"the id {value!r} cannot be sent in a URL path")
-    return quote_from_bytes(value.encode("utf-8", "surrogatepass"), safe=_PATH_SAFE)
+    if not addressable(value):
+        raise BadRequestError(f"the id {value[:100]!r} cannot be sent in a URL path")
+    return url_form(value)
 
 
 def query_string(params: Sequence[tuple[str, str]]) -> str:
@@ -430,7 +429,7 @@ def query_string(params: Sequence[tuple[str, str]]) -> str:
 
 
 def _quoted(text: str) -> str:
-    return quote_from_bytes(text.encode("utf-8", "surrogatepass"), safe="")
+    return url_form(text, safe="")
 
 
 def events_body(events: Sequence[Mapping[str, Any]]) -> bytes:

@@ -44,9 +44,15 @@ class Listing:
     """
 
     def __init__(
-        self, fetch: Fetch, params: list[tuple[str, str]], budget: ListBudget, after: str | None
+        self,
+        fetch: Fetch,
+        params: list[tuple[str, str]],
+        budget: ListBudget,
+        after: str | None,
+        sendable: Callable[[str], bool] = lambda cursor: True,
     ) -> None:
         self._fetch = fetch
+        self._sendable = sendable
         self._params = params
         self._budget = budget
         self._after = after
@@ -69,14 +75,27 @@ class Listing:
             yield from (parse_session(raw) for raw in data)
             if not has_more or not data:
                 return
-            following = _id_of(data[-1])
+            following = self._cursor(data, sent)
             if following is None:
-                self.cut = "the last entry of a page has no id to continue from"
+                self.cut = "no entry of a page has an id to continue from"
                 return
             if following in sent:
                 self.cut = f"the API repeated the cursor {following[:100]!r}"
                 return
             self._after = self.last_id = following
+
+    def _cursor(self, data: list[Any], sent: set[str | None]) -> str | None:
+        """The id to continue after: the last entry's, else the last one a URL can carry.
+
+        Continuing from an earlier entry reads the page's tail again, which is harmless
+        (a session already claimed is skipped); stopping would hide every later session.
+        """
+        ids = [_id_of(raw) for raw in reversed(data)]
+        last = ids[0] if ids else None
+        if last is not None and (last in sent or self._sendable(last)):
+            return last
+        usable = (i for i in ids if i is not None and i not in sent and self._sendable(i))
+        return next(usable, None)
 
     def _over_budget(self, started: float) -> str | None:
         budget = self._budget

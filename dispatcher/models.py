@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
+from urllib.parse import quote_from_bytes
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, ValidationError
 
@@ -146,6 +147,23 @@ class BadSession:
 
 #: Session ids no URL path can carry: a path segment "." or ".." is normalized away.
 _DOT_SEGMENTS = frozenset({".", ".."})
+#: Characters an id may take once percent-encoded in a URL: httpx (and with it the official
+#: SDK) refuses URLs over 64 KiB, and proxies far less.
+MAX_URL_ID_CHARS = 16_384
+#: What the official SDK leaves unescaped in a path segment (RFC 3986 pchar).
+PATH_SAFE = "!$&'()*+,;=:@"
+
+
+def url_form(ident: str, safe: str = PATH_SAFE) -> str:
+    """``ident`` percent-encoded as the official SDK does; lone surrogates as their bytes."""
+    return quote_from_bytes(ident.encode("utf-8", "surrogatepass"), safe=safe)
+
+
+def addressable(ident: str) -> bool:
+    """Whether a request URL can carry ``ident`` (not a dot-segment, not too long)."""
+    if ident in _DOT_SEGMENTS or not ident:
+        return False
+    return len(ident) * 12 <= MAX_URL_ID_CHARS or len(url_form(ident)) <= MAX_URL_ID_CHARS
 
 
 def parse_session(raw: Any) -> Session | BadSession:
@@ -162,8 +180,8 @@ def parse_session(raw: Any) -> Session | BadSession:
         session = Session.model_validate(raw)
     except ValidationError:
         return _tolerant_session(raw)
-    if session.id in _DOT_SEGMENTS:
-        return BadSession(session.id, "an id that no URL path can carry")
+    if not addressable(session.id):
+        return BadSession(session.id, "an id that no request URL can carry")
     return session
 
 
@@ -171,8 +189,8 @@ def _tolerant_session(raw: dict[str, Any]) -> Session | BadSession:
     ident = raw.get("id")
     if not isinstance(ident, str) or not ident:
         return BadSession(None, "no usable id")
-    if ident in _DOT_SEGMENTS:
-        return BadSession(ident, "an id that no URL path can carry")
+    if not addressable(ident):
+        return BadSession(ident, "an id that no request URL can carry")
     actions = raw.get("required_actions")
     if actions is not None and not isinstance(actions, list):
         return BadSession(ident, "required_actions is not an array")

@@ -18,12 +18,19 @@ from pathlib import Path
 
 import pytest
 import redis
+from hypothesis import settings as hypothesis_settings
 from kombu import Connection
 
 from dispatcher.devstack import redis_base_url
 from emulator import EmulatorServer, EmulatorState, running_emulator
 from emulator.testing import TEST_API_KEY
 from tests.services import ROOT, Worker
+
+#: CI replays the same examples every run, so a property test cannot fail one run by luck;
+#: local runs keep exploring new ones.
+hypothesis_settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI"):
+    hypothesis_settings.load_profile("ci")
 
 _stack = contextlib.ExitStack()
 #: A tool queue no test worker consumes, for calls that must wait past their deadline.

@@ -6,6 +6,7 @@ whatever the JSON holds; a listing always ends, whatever the cursor does.
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -115,3 +116,37 @@ def test_pages_nested_too_deep_or_holding_huge_numbers_still_read():
     assert isinstance(parsed, Session) and isinstance(parsed.required_actions[0], OpaqueAction)
     big = json.dumps({"data": [{"id": "s", "created_at": 1}]}).replace("1}", "1" * 5_000 + "}")
     assert isinstance(parse_session(jsonsafe.loads(big)["data"][0]), Session)
+
+
+def test_a_cursor_no_url_can_carry_falls_back_to_the_last_one_that_can():
+    long_id = "\U0001f600" * 10_000  # 120 KB percent-encoded: httpx refuses such a URL
+    pages = {
+        None: ([{"id": "a"}, {"id": "b"}, {"id": long_id}], True),
+        "b": ([{"id": long_id}, {"id": "c"}], False),
+    }
+    sent: list[str | None] = []
+
+    def fetch(params):
+        after = dict(params).get("after")
+        sent.append(after)
+        return pages[after]
+
+    from dispatcher.models import addressable
+
+    listing = Listing(fetch, [], ListBudget(), None, addressable)
+    items = list(listing)
+    assert sent == [None, "b"] and listing.cut is None
+    assert [i.id for i in items] == ["a", "b", long_id, long_id, "c"]
+    assert isinstance(items[2], BadSession) and "no request URL" in items[2].problem
+
+
+def test_ids_no_url_can_carry_are_bad_sessions_not_requests():
+    from dispatcher.client import path_segment
+    from dispatcher.errors import BadRequestError
+
+    for ident in (".", "..", "\U0001f600" * 2_000):
+        assert isinstance(parse_session({"id": ident, "required_actions": []}), BadSession)
+        with pytest.raises(BadRequestError):
+            path_segment(ident)
+    assert path_segment("a/b%\n\ud800") == "a%2Fb%25%0A%ED%A0%80"
+    assert isinstance(parse_session({"id": "x" * 16_000, "required_actions": []}), Session)

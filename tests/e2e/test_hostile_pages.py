@@ -75,16 +75,21 @@ def test_a_repeated_cursor_ends_the_pass_with_a_warning(api, caplog):
 
 def test_an_endless_listing_ends_at_the_page_budget_and_the_next_pass_goes_on(api):
     # The default budget (10,000 pages) would take minutes here; five pages show the rule.
-    settings = get_settings().model_copy(update={"poll_max_pages": 5})
-    sid = api.create_session([adder()])["id"]
+    # The agent filter tells this poller's requests from any other process's.
+    agent = "agent_endless"
+    settings = get_settings().model_copy(update={"poll_max_pages": 5, "agent_id": agent})
+    sid = api.create_session([adder()], agent_id=agent)["id"]
     api.set_faults(list_endless=True)
+
+    def ours() -> list[str]:
+        return [r.query for r in api.requests("/agents/sessions", "GET") if agent in r.query]
+
     p = Poller(client(), get_ledger(), settings)
     first = p.poll_once()
-    assert first.passes_cut == 1 and len(api.requests("/agents/sessions", "GET")) == 5
+    assert first.passes_cut == 1 and len(ours()) == 5
     second = p.poll_once()
-    assert second.passes_cut == 1
-    afters = [r.query for r in api.requests("/agents/sessions", "GET")]
-    assert "after=" not in afters[0] and "after=" in afters[5]  # it resumed where it stopped
+    assert second.passes_cut == 1 and len(ours()) == 10
+    assert "after=" not in ours()[0] and "after=" in ours()[5]  # it resumed where it stopped
     wait_for(lambda: api.batches(sid), 30, "the real session's answer", 0.1)
     assert get_settings().poll_max_pages == 10_000 and get_settings().poll_max_seconds == 300
 

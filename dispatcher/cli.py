@@ -236,7 +236,8 @@ def _cmd_status(args: argparse.Namespace, rest: list[str]) -> int:
     from tasks.report import fleet_status
     from tasks.settings import get_settings
 
-    for line in fleet_status(get_ledger(), get_settings().queue_budget).lines():
+    settings = get_settings()
+    for line in fleet_status(get_ledger(), settings.queue_budget, settings.dead_after).lines():
         print(line)
     return 0
 

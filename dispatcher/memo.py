@@ -80,5 +80,9 @@ class DispatchMemo:
             return False
         return entry.calls.issuperset(calls)
 
+    def clear(self) -> None:
+        """Forget every dispatch: each session is read in full on the next pass."""
+        self._entries.clear()
+
     def __len__(self) -> int:
         return len(self._entries)

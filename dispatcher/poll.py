@@ -32,6 +32,8 @@ from tasks import metrics
 from tasks.app import app
 from tasks.execute import call_signature, get_ledger, result_payload, tool_timeout
 from tasks.ledger import FINAL_STATES, CallRef, CallStatus, Dispatch, Ledger, SessionView
+from tasks.liveness import Reaper
+from tasks.queues import ControlQueue, execute_queue
 from tasks.settings import Settings, get_settings, load_registry
 from tasks.submit import get_client, submit, submit_reprs
 
@@ -82,6 +84,7 @@ class PollSummary:
     skipped_other: int = 0
     errors: int = 0
     passes_cut: int = 0
+    orphans_restored: int = 0
 
     def as_dict(self) -> dict[str, int]:
         """The counters as a plain dict (the poll task's JSON result)."""
@@ -98,6 +101,7 @@ class PollSummary:
             f"{self.skipped_submitted} submitted, "
             f"{self.skipped_other} other types; {self.errors} errors"
             + (" (pass cut short)" if self.passes_cut else "")
+            + (f"; {self.orphans_restored} orphaned calls redone" if self.orphans_restored else "")
         )
 
 
@@ -111,19 +115,24 @@ class Poller:
         settings: Settings,
         memo: DispatchMemo | None = None,
         stop: threading.Event | None = None,
+        reaper: Reaper | None = None,
     ) -> None:
         self.client = client
         self.ledger = ledger
         self.settings = settings
         self.memo = memo if memo is not None else DispatchMemo()
         self.stop = stop
+        self.reaper = reaper
         self.reported = OnceLog(log)
         self._resume: str | None = None
+        self._last_death: float | None = None
+        self._queued: dict[str, int | None] = {}
 
     def poll_once(self) -> PollSummary:
         """List every matching session and dispatch the ones with undispatched calls."""
         summary = PollSummary()
         started = time.perf_counter()
+        self._note_deaths()
         listing = self.client.list_sessions(
             agent_id=self.settings.agent_id,
             metadata=self.settings.session_metadata or None,
@@ -138,12 +147,40 @@ class Poller:
             summary.sessions_seen += len(page)
             self.dispatch_sessions(page, summary)
         self._end_listing(listing.cut, listing.last_id, summary)
+        self._reap(summary)
         self.memo.prune()
         metrics.POLL_DURATION.observe(time.perf_counter() - started)
         metrics.SESSIONS_PENDING.set(summary.sessions_pending)
         metrics.STALE_CLAIMS.set(summary.stale_claims)
         log.info("%s", summary.line(), extra=summary.as_dict())
         return summary
+
+    def _note_deaths(self) -> None:
+        """Read when a worker last died; a new death makes every dispatch worth a look.
+
+        The dispatch memo skips sessions this poller dispatched itself; one of them may
+        have had a call in the hands of the worker that just died.
+        """
+        self._queued.clear()
+        if self.reaper is None:
+            return
+        try:
+            death = self.reaper.last_death()
+        except Exception as exc:  # no verdict this pass; the next one asks again
+            log.warning("poll: could not read the workers' heartbeats: %s", exc)
+            return
+        if death is not None and death != self._last_death:
+            self.memo.clear()
+        self._last_death = death
+
+    def _reap(self, summary: PollSummary) -> None:
+        """Put back the messages of dead workers (the heartbeats' reapers do it too)."""
+        if self.reaper is None:
+            return
+        try:
+            summary.orphans_restored = self.reaper.reap()
+        except Exception as exc:  # a broker blip must not fail a pass that did its work
+            log.warning("poll: could not look for orphaned calls: %s: %s", type(exc).__name__, exc)
 
     def _end_listing(self, cut: str | None, last_id: str | None, summary: PollSummary) -> None:
         """Note a pass cut short; after a budget ran out, the next pass goes on from there."""
@@ -278,26 +315,86 @@ class Poller:
         pending: list[tuple[Call, CallStatus]],
         summary: PollSummary,
     ) -> None:
-        """Leave a claimed session alone, unless its actions are about to expire."""
+        """Leave a claimed session alone, unless something will not let it finish.
+
+        That is: its actions are about to expire, or a dead worker took one of its calls.
+        """
         dispatch = view.dispatch
         if dispatch is not None and self._stale(dispatch):
             summary.stale_claims += 1
-        if dispatch is None or dispatch.token != view.claim_owner or not self._expiring(dispatch):
+        if dispatch is None or dispatch.token != view.claim_owner:
             summary.skipped_in_flight += len(pending)
             return
+        if self._expiring(dispatch):
+            if self._take_over(session_id, dispatch, pending, summary, expire=True):
+                summary.calls_expired += sum(1 for _, s in pending if s.result is None)
+                log.warning(
+                    "session_id=%s actions expire soon; answering unfinished calls with "
+                    "timeout errors",
+                    shown(session_id),
+                )
+            return
+        if not self._lost(dispatch, pending):
+            summary.skipped_in_flight += len(pending)
+        elif self._take_over(session_id, dispatch, pending, summary, expire=False):
+            log.warning(
+                "session_id=%s a worker died with calls of this session that never began "
+                "and wait on no queue; dispatching them again",
+                shown(session_id),
+            )
+
+    def _take_over(
+        self,
+        session_id: str,
+        dispatch: Dispatch,
+        pending: list[tuple[Call, CallStatus]],
+        summary: PollSummary,
+        *,
+        expire: bool,
+    ) -> bool:
+        """Move the claim to a new dispatch of ``pending``; False if another owner has it.
+
+        With ``expire``, unfinished calls are answered with timeout errors first.
+        """
         token = uuid.uuid4().hex
         if not self.ledger.takeover(session_id, dispatch.token, token, self._lease_ms(pending)):
             summary.skipped_in_flight += len(pending)
-            return
-        answered = [(c, self._expire(session_id, c, s)) for c, s in pending]
-        summary.calls_expired += sum(1 for _, s in pending if s.result is None)
-        log.warning(
-            "session_id=%s actions expire soon; answering unfinished calls with timeout errors",
-            shown(session_id),
-        )
+            return False
+        if expire:
+            pending = [(c, self._expire(session_id, c, s)) for c, s in pending]
         takeover = self._new_dispatch(token, self._lease_ms(pending), dispatch)
         self.ledger.record_dispatch(session_id, takeover)
-        self._dispatch(session_id, takeover, answered, summary)
+        self._dispatch(session_id, takeover, pending, summary)
+        return True
+
+    def _lost(self, dispatch: Dispatch, pending: list[tuple[Call, CallStatus]]) -> bool:
+        """Whether a worker that died after this dispatch took part of it that no one has.
+
+        The reaper gives back every message a dead worker had taken; a message popped from
+        its queue but not yet recorded as taken (the broker's reply still in the dead
+        worker's socket) exists nowhere any more. So once the death is older than
+        ``TOOLFAN_DEAD_AFTER`` plus two beats (the reaper has had its turn), a dispatch from
+        before it is lost when a call of it never began and its queue is empty, or when
+        every call is done and the submit queue is empty (the chord's submit went down).
+        Redoing it costs at most a copy that finds the result saved (or the call running
+        elsewhere), or a submit of the same batch under the same key.
+        """
+        death = self._last_death  # its last beat: it may have lived one beat longer
+        if death is None or death + self.settings.heartbeat <= dispatch.dispatched_at:
+            return False
+        settle = self.settings.dead_after + 2 * self.settings.heartbeat
+        if time.time() < death + settle:
+            return False
+        waiting = [c for c, s in pending if s.state is None]
+        if waiting:
+            return all(self._queue_empty(execute_queue(load_registry(), c.name)) for c in waiting)
+        finished = all(s.result is not None for _, s in pending)
+        return finished and self._queue_empty(ControlQueue.SUBMIT.value)
+
+    def _queue_empty(self, queue: str) -> bool:
+        if queue not in self._queued:
+            self._queued[queue] = self.reaper.queued(queue) if self.reaper else None
+        return self._queued[queue] == 0
 
     def _stale(self, dispatch: Dispatch) -> bool:
         """Whether a dispatch has outrun its tools' timeouts (its chord is probably dead)."""
@@ -435,7 +532,15 @@ def process_poller() -> Poller:
     Its dispatch memo, the problems it already reported and its place in a long list
     serve every pass of a loop, or every poll task beat sends this worker.
     """
-    return Poller(get_client(), get_ledger(), get_settings(), _MEMO)
+    return Poller(get_client(), get_ledger(), get_settings(), _MEMO, reaper=new_reaper())
+
+
+def new_reaper() -> Reaper:
+    """A reaper on this process's ledger and broker, with its liveness settings."""
+    settings = get_settings()
+    return Reaper(
+        get_ledger().client, app.connection_for_write(), settings.dead_after, settings.heartbeat
+    )
 
 
 def poll_once(**overrides: Any) -> PollSummary:

@@ -33,10 +33,10 @@ from handlers.runner import (
     unknown_function,
     where,
 )
-from tasks import metrics
+from tasks import liveness, metrics
 from tasks.app import app
 from tasks.config import hard_limit
-from tasks.ledger import CallRef, Ledger, LedgerError
+from tasks.ledger import Begin, CallRef, Ledger, LedgerError
 from tasks.queues import EXECUTE_TASK, execute_queue
 from tasks.settings import get_settings, load_registry
 
@@ -67,11 +67,13 @@ def execute_call(
     ledger: Ledger,
     registry: Registry,
     problem: str | None = None,
+    worker: str = "",
 ) -> CallResult:
     """Run one call unless the ledger already holds its result; save and return the result.
 
     ``problem`` says why the poller refused the call's arguments unread (too deep, too
-    large): the call is answered with that, and no tool runs.
+    large): the call is answered with that, and no tool runs. ``worker`` names this worker
+    in the call's record, so a redelivered copy can tell the call still runs there.
 
     Raises:
         LedgerError: the ledger is unreachable, so "at most once" cannot be guaranteed;
@@ -83,10 +85,13 @@ def execute_call(
         "call_id": ref.call_id,
         "function": name,
     }
-    begin = ledger.begin(ref, name)
+    begin = ledger.begin(ref, name, worker)
     if begin.saved is not None:
         log.info("%s returning saved result", where(context), extra=context)
         return begin.saved
+    elsewhere = _running_elsewhere(ledger, ref, begin, worker, _hard_limit(registry, name))
+    if elsewhere is not None:
+        return elsewhere
     if log.isEnabledFor(logging.DEBUG):  # argument values: DEBUG only, and not built otherwise
         log.debug("%s arguments", where(context), extra={**context, "arguments": arguments})
     max_attempts = get_settings().max_attempts
@@ -107,6 +112,36 @@ def execute_call(
     result = save_result(ledger, ref, produced, deadline, context)
     _report(result, elapsed, name in registry, context)
     return result
+
+
+#: Seconds between looks at the ledger while a call runs on another, live worker.
+ELSEWHERE_POLL = 0.5
+
+
+def _running_elsewhere(
+    ledger: Ledger, ref: CallRef, begin: Begin, worker: str, hard_limit: float
+) -> CallResult | None:
+    """The result of a call another live worker runs, waited for; None to run it here.
+
+    A broker may redeliver a message while the call still runs (RabbitMQ does when the
+    consumer's connection drops): running it again would make two live copies. So this
+    copy waits for that worker's result, and runs the call only if the worker dies first
+    (or this task's own time runs out: the other one's hard limit has passed by then).
+    """
+    previous = begin.previous_worker
+    if begin.attempts < 2 or not previous or previous == worker:
+        return None
+    dead_after = get_settings().dead_after
+    deadline = time.monotonic() + hard_limit - 4 * SAVE_MARGIN
+    while liveness.runs(ledger.client, previous, worker, dead_after) and (
+        time.monotonic() < deadline
+    ):
+        saved = ledger.saved(ref)
+        if saved is not None:
+            log.info("%s answered by %s, which ran it", where(_ids(ref, "")), previous)
+            return saved
+        time.sleep(ELSEWHERE_POLL)
+    return ledger.saved(ref)
 
 
 def save_result(
@@ -278,8 +313,9 @@ def execute(
 ) -> Mapping[str, Any]:
     """Run one function call of a session; returns its result, never raises."""
     ref = CallRef(session_id, turn_id, call_id)
+    worker = liveness.runner(self.request.hostname or "")
     try:
-        result = execute_call(ref, name, arguments, get_ledger(), load_registry(), problem)
+        result = execute_call(ref, name, arguments, get_ledger(), load_registry(), problem, worker)
     except LedgerError as exc:
         if self.request.retries < LEDGER_RETRIES:
             reprs = call_reprs(session_id, turn_id, call_id, name)  # or Flower shows values

@@ -76,6 +76,19 @@ def session_of(call_key: str) -> str:
     return unquote(tag)
 
 
+#: Sorted set of worker names scored by their last heartbeat (epoch seconds).
+WORKERS = f"{PREFIX}:workers"
+#: Short lock: one reaper at a time.
+REAPING = f"{PREFIX}:reaping"
+#: Count of orphaned messages put back on their queues, for ``toolfan status``.
+ORPHANS_REDONE = f"{PREFIX}:orphans:redone"
+
+
+def held(worker: str) -> str:
+    """Set of the delivery tags a worker holds, as of its last heartbeat."""
+    return f"{PREFIX}:held:{encode_id(worker)}"
+
+
 def dispatch_of_claim(claim_key: str) -> str:
     """The dispatch key of the session whose claim key is ``claim_key``."""
     return claim_key.replace(f"{PREFIX}:claim:", f"{PREFIX}:dispatch:", 1)

@@ -81,6 +81,7 @@ class Begin:
 
     saved: CallResult | None
     attempts: int
+    previous_worker: str | None = None
 
 
 @dataclass(frozen=True)
@@ -179,19 +180,24 @@ class Ledger:
         """A ledger on the Redis at ``url``."""
         return cls(redis.Redis.from_url(url, decode_responses=True), ttl)
 
-    def begin(self, ref: CallRef, name: str) -> Begin:
-        """Mark an attempt started, unless the call already has a saved result."""
-        state, result, attempts = self._run(
-            self._begin, [ref.key], [time.time(), self.ttl, scrub(name), ref.ids]
+    def begin(self, ref: CallRef, name: str, worker: str = "") -> Begin:
+        """Mark an attempt started by ``worker``, unless the call has a saved result."""
+        state, result, attempts, previous = self._run(
+            self._begin, [ref.key], [time.time(), self.ttl, scrub(name), ref.ids, worker]
         )
         saved = CallResult.model_validate_json(result) if state == "done" else None
-        return Begin(saved=saved, attempts=int(attempts))
+        return Begin(saved, int(attempts), previous or None)
 
     def finish(self, ref: CallRef, result: CallResult) -> CallResult:
         """Save a result; the first saved result wins and is returned to every caller."""
         payload = result.stored()
         saved = self._run(self._finish, [ref.key], [payload, time.time(), self.ttl, ref.ids])
         return result if saved == payload else CallResult.model_validate_json(saved)
+
+    def saved(self, ref: CallRef) -> CallResult | None:
+        """The call's saved result, or None."""
+        raw = cast(str | None, self._call(self.client.hget, ref.key, "result"))
+        return CallResult.model_validate_json(raw) if raw else None
 
     def replace(self, ref: CallRef, result: CallResult, reason: str) -> bool:
         """Put ``result`` in place of a saved result the API refused; False if no record."""

@@ -73,6 +73,15 @@ STUCK_CALLS = Gauge(
     "Calls that overran their timeout and whose threads would not stop",
     multiprocess_mode="livesum",
 )
+ORPHANS = Counter(
+    "toolfan_orphans",
+    "Messages of dead workers put back on their queues before the visibility timeout",
+)
+WORKERS_ALIVE = Gauge(
+    "toolfan_workers_alive",
+    "Workers whose heartbeat is fresh, as seen by the last heartbeat or poll",
+    multiprocess_mode="livemax",
+)
 POLL_ERRORS = Counter(
     "toolfan_poll_errors",
     "Unreadable sessions, entries and pages, and passes cut short, by kind",

@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from tasks import keys
+from tasks import keys, liveness
 from tasks.ledger import ABANDONED, DONE, STARTED, SUBMITTED, CallRecord, Dispatch, Ledger
 
 
@@ -46,19 +46,28 @@ class FleetStatus:
     calls: Counter[str] = field(default_factory=Counter)
     claims: int = 0
     stale_claims: int = 0
+    workers_alive: list[str] = field(default_factory=list)
+    workers_dead: Counter[str] = field(default_factory=Counter)
+    orphans_redone: int = 0
 
     def lines(self) -> list[str]:
         """The human summary, one fact per line."""
         started, done = self.calls[STARTED], self.calls[DONE]
+        holding = sum(1 for n in self.workers_dead.values() if n)
         return [
             f"calls in flight: {started + done} ({started} running, {done} awaiting submit)",
             f"calls submitted: {self.calls[SUBMITTED]}",
             f"calls abandoned: {self.calls[ABANDONED]}",
             f"claims held: {self.claims} ({self.stale_claims} stale)",
+            f"workers alive: {len(self.workers_alive)}"
+            + (f" ({', '.join(sorted(self.workers_alive))})" if self.workers_alive else ""),
+            f"workers dead in the last hour: {len(self.workers_dead)} ({holding} still "
+            f"holding {sum(self.workers_dead.values())} started calls)",
+            f"orphaned calls redone: {self.orphans_redone}",
         ]
 
 
-def fleet_status(ledger: Ledger, queue_budget: float) -> FleetStatus:
+def fleet_status(ledger: Ledger, queue_budget: float, dead_after: float) -> FleetStatus:
     """Count calls by state and find stale claims.
 
     A claim is stale once its dispatch has been running longer than its tools' timeouts
@@ -66,11 +75,18 @@ def fleet_status(ledger: Ledger, queue_budget: float) -> FleetStatus:
     lease will run out and hand the session to the next poll.
     """
     status = FleetStatus()
+    workers = liveness.fleet(ledger.client, dead_after)
+    status.workers_alive = workers.alive
+    status.workers_dead = Counter({w: 0 for w in workers.dead})
+    status.orphans_redone = int(ledger.client.get(keys.ORPHANS_REDONE) or 0)
     pipe = ledger.client.pipeline(transaction=False)
     call_keys = _scan(ledger, f"{keys.PREFIX}:call:*")
     for key in call_keys:
-        pipe.hget(key, "state")
-    status.calls.update(state or "unknown" for state in pipe.execute())
+        pipe.hmget(key, ["state", "worker"])
+    for state, worker in pipe.execute():
+        status.calls[state or "unknown"] += 1
+        if state == STARTED and worker and liveness.worker_of(worker) in status.workers_dead:
+            status.workers_dead[liveness.worker_of(worker)] += 1
     now = time.time()
     for key in _scan(ledger, f"{keys.PREFIX}:claim:*"):
         status.claims += 1

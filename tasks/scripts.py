@@ -4,20 +4,23 @@ Redis runs a script without interleaving other commands, so a redelivered task r
 original, or two pollers racing for a session, always see a consistent record.
 """
 
+# ARGV: time, TTL, name, ids, the worker beginning it. Returns the state, the saved result,
+# the attempts, and the worker that began the previous attempt (to tell a live one).
 BEGIN = """
 local result = redis.call('HGET', KEYS[1], 'result')
 if result then
-  return {'done', result, tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0')}
+  return {'done', result, tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0'), false}
 end
+local previous = redis.call('HGET', KEYS[1], 'worker')
 local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 if attempts == 1 then
   redis.call('HSET', KEYS[1], 'state', 'started', 'started_at', ARGV[1], 'name', ARGV[3],
-             'first_started_at', ARGV[1], 'ids', ARGV[4])
+             'first_started_at', ARGV[1], 'ids', ARGV[4], 'worker', ARGV[5])
 else
-  redis.call('HSET', KEYS[1], 'state', 'started', 'started_at', ARGV[1])
+  redis.call('HSET', KEYS[1], 'state', 'started', 'started_at', ARGV[1], 'worker', ARGV[5])
 end
 redis.call('EXPIRE', KEYS[1], ARGV[2])
-return {'started', false, attempts}
+return {'started', false, attempts, previous}
 """
 
 # A record created here (all four fields new) gets its TTL; one from begin has it already.

@@ -11,7 +11,14 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from handlers.errors import ToolfanError
 from handlers.limits import Limits
@@ -67,6 +74,10 @@ class Settings(BaseModel):
     max_log_chars: int = Field(2_000, ge=100, description="one field of a log line")
     poll_max_pages: int = Field(10_000, gt=0, description="pages one poll pass reads at most")
     poll_max_seconds: float = Field(300.0, gt=0, description="seconds one poll pass lists at most")
+    heartbeat: float = Field(2.0, gt=0, description="seconds between a worker's heartbeats")
+    dead_after: float = Field(
+        10.0, gt=0, description="seconds without a heartbeat after which a worker is dead"
+    )
     max_memory_per_child: int = Field(
         1024, ge=0, description="MiB a prefork pool process may reach before it is recycled"
     )
@@ -92,6 +103,15 @@ class Settings(BaseModel):
     @classmethod
     def _blank_is_none(cls, value: Any) -> Any:
         return value or None
+
+    @model_validator(mode="after")
+    def _beats_before_death(self) -> Settings:
+        if self.dead_after < 2 * self.heartbeat:
+            raise ValueError(
+                "TOOLFAN_DEAD_AFTER: must be at least twice TOOLFAN_HEARTBEAT, or a live "
+                "worker missing one beat would look dead"
+            )
+        return self
 
     @property
     def limits(self) -> Limits:
@@ -127,6 +147,8 @@ class Settings(BaseModel):
             return cls.model_validate(values)
         except ValidationError as exc:
             error = exc.errors()[0]
+            if not error["loc"]:  # a rule across settings names its variables itself
+                raise SettingsError(error["msg"].removeprefix("Value error, ")) from exc
             raise SettingsError(f"{_PREFIX}{str(error['loc'][0]).upper()}: {error['msg']}") from exc
 
 

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import redis
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
@@ -23,10 +24,12 @@ from celery.signals import (
     worker_init,
     worker_process_init,
     worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
 )
 
 from handlers.threads import RUNNERS
-from tasks import metrics
+from tasks import liveness, metrics
 from tasks.logs import clip_handlers, quiet_celery_results, use_json
 from tasks.settings import get_settings
 
@@ -51,9 +54,37 @@ def _serve_metrics(**kwargs: Any) -> None:
         metrics.serve(port)
 
 
+_HEART: list[liveness.Heart] = []
+
+
+@worker_ready.connect
+def _start_heart(sender: Any = None, **kwargs: Any) -> None:
+    """Beat (and reap) from the worker's main process, once it consumes."""
+    from tasks.app import app
+
+    settings = get_settings()
+    client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    name = liveness.identity(getattr(sender, "hostname", "") or "", os.getpid())
+    beat = liveness.Beat(client, name, settings.heartbeat, settings.dead_after)
+    reaper = liveness.Reaper(
+        client, app.connection_for_write(), settings.dead_after, settings.heartbeat
+    )
+    heart = liveness.Heart(beat, reaper, sender)
+    heart.start()
+    _HEART.append(heart)
+    log.info("heartbeat every %gs as %s", settings.heartbeat, name)
+
+
+@worker_shutdown.connect
+def _stop_heart(**kwargs: Any) -> None:
+    while _HEART:
+        _HEART.pop().stop()
+
+
 @worker_process_init.connect
 def _recycle_when_stuck(**kwargs: Any) -> None:
     """In a prefork pool process: leave before the next task once a call got stuck."""
+    liveness.MAIN_PID = os.getppid()
     RECYCLE.clear()
     RUNNERS.on_stuck = _stuck
     worker = _pool_worker()

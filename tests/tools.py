@@ -192,3 +192,27 @@ def hoard(megabytes: int) -> int:
     """Keeps ``megabytes`` more memory for good: a leaking tool (on a test's own worker)."""
     _HOARD.append(os.urandom(1024) * (megabytes * 1024))
     return os.getpid()
+
+
+@tool(timeout=25, queue="fn.private")
+def private_slow(key: str, seconds: float = 0.0) -> int:
+    """An idempotent tool on a test's own workers, marking where and how often it ran."""
+    _note_start(key)
+    time.sleep(seconds)
+    return int(_redis().get(f"test:runs:{key}") or 0)
+
+
+@tool(timeout=45, queue="fn.private")
+def private_long(key: str, seconds: float = 0.0) -> int:
+    """``private_slow`` with room for a call longer than a 25 s tool may take."""
+    _note_start(key)
+    time.sleep(seconds)
+    return int(_redis().get(f"test:runs:{key}") or 0)
+
+
+@tool(idempotent=False, timeout=25, queue="fn.private", reconcile=_charged_already)
+def private_charge(key: str, seconds: float = 0.0) -> str:
+    """A non-idempotent tool on a test's own workers, with a reconcile hook."""
+    _note_start(key)
+    time.sleep(seconds)
+    return "charged"

@@ -27,7 +27,10 @@ def client() -> AgentsClient:
 
 
 def poller() -> Poller:
-    return Poller(client(), get_ledger(), get_settings())
+    """A poller as ``toolfan poll`` builds one: with a reaper of dead workers' calls."""
+    from dispatcher.poll import new_reaper
+
+    return Poller(client(), get_ledger(), get_settings(), reaper=new_reaper())
 
 
 @dataclass

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -66,11 +67,23 @@ def test_status_counts_calls_and_claims(api, redis_client):
     ledger.record_dispatch("s_run", Dispatch("tok", 0.0, 60_000))  # long past its tools' time
     ledger.claim("s_new", "tok2", 60_000)
     ledger.record_dispatch("s_new", Dispatch("tok2", 9e12, 60_000))
+    # A worker that stopped beating a minute ago while a call of s_run was running on it.
+    redis_client.zadd("toolfan:workers", {"gone@host#1": time.time() - 60})
+    ledger.begin(CallRef("s_run", "t", "c1"), "add", worker="gone@host#1/7")
+    redis_client.set("toolfan:orphans:redone", 2)
+    # The suite's worker beats every 2 s: it is listed again soon after the flush.
+    wait_for(lambda: redis_client.zcard("toolfan:workers") == 2, 10, "the worker's heartbeat")
     out = toolfan("status")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == [
+    lines = out.stdout.splitlines()
+    assert lines[:4] == [
         "calls in flight: 3 (2 running, 1 awaiting submit)",
         "calls submitted: 1",
         "calls abandoned: 1",
         "claims held: 2 (1 stale)",
+    ]
+    assert lines[4].startswith("workers alive: 1 (test@")
+    assert lines[5:] == [
+        "workers dead in the last hour: 1 (1 still holding 1 started calls)",
+        "orphaned calls redone: 2",
     ]

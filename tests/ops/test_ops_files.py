@@ -39,6 +39,8 @@ METRICS = {
     "toolfan_refused_results_total",
     "toolfan_stuck_calls",
     "toolfan_poll_errors_total",
+    "toolfan_orphans_total",
+    "toolfan_workers_alive",
 }
 K8S = path("ops/k8s")
 
@@ -167,7 +169,7 @@ def test_prometheus_scrapes_the_compose_services_on_their_metrics_port():
 def test_alerts_cover_the_failure_modes():
     names = {rule["alert"] for rule in alert_rules()}
     needed_alerts = ("SessionsStuck", "AbandonedCalls", "WorkerDown", "QueueBacklog", "StaleClaims")
-    for needed in (*needed_alerts, "ConfigurationErrors", "StuckCalls"):
+    for needed in (*needed_alerts, "ConfigurationErrors", "StuckCalls", "OrphansPilingUp"):
         assert f"Toolfan{needed}" in names
     for rule in alert_rules():
         assert rule["labels"]["severity"] in {"critical", "warning", "info"}, rule["alert"]

@@ -141,12 +141,17 @@ def api_knobs(rng: random.Random) -> dict[str, Any]:
 
 
 def plan_faults(
-    rng: random.Random, window: float, mean_interval: float, min_worker_kills: int = 1
+    rng: random.Random,
+    window: float,
+    mean_interval: float,
+    min_worker_kills: int = 1,
+    worker_kill_every: float | None = None,
 ) -> list[Fault]:
     """Faults at random times over ``window``: mostly child kills, some worker kills and
     API phases (each ended by an ``api_off``, never overlapping), with at least
     ``min_worker_kills`` of the former and one of the latter, so that every kind is
-    exercised even in a short run.
+    exercised even in a short run; plus, with ``worker_kill_every``, a whole worker killed
+    about that often (an OOM kill, a lost node, ``kubectl delete pod --force``).
     """
     faults: list[Fault] = []
     api_until = 0.0
@@ -163,6 +168,11 @@ def plan_faults(
             faults.append(Fault(t, kind))
         t += rng.uniform(0.5, 1.5) * mean_interval
     _ensure_worker_kills(rng, faults, min_worker_kills, window)
+    if worker_kill_every:
+        at = rng.uniform(0.5, 1.0) * worker_kill_every
+        while at < window:
+            faults.append(Fault(at, "kill_worker"))
+            at += rng.uniform(0.75, 1.25) * worker_kill_every
     if not any(f.kind == "api_on" for f in faults):
         at = rng.uniform(0.1, 0.4) * window
         knobs = {**api_knobs(rng), "endpoints": ["list", "events"]}

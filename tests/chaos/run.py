@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dispatcher.devstack import wait_for
+from emulator import AcceptedBatch
 from tests.chaos.keys import RUNS_PREFIX
 from tests.chaos.plan import (
     Fault,
@@ -55,6 +56,10 @@ class ChaosConfig:
             duplicate (a stale chord's submit, a re-dispatch) has its chance to show up.
         mean_fault_interval: Mean seconds between two faults.
         min_worker_kills: Whole workers killed at least (the rest is up to the dice).
+        worker_kill_every: Seconds between whole-worker kills (jittered by a quarter), on
+            top of the dice; ``None``: only the dice's.
+        answer_within: Seconds after the last kill (or after its seeding, if later) by
+            which every session must be answered; a later answer counts as late.
         broker_db: Redis database of the broker; flushed at start and at the end.
         ledger_db: Redis database of the ledger, results and counters; flushed likewise.
         keep_logs: Keep the service logs even when the run passes.
@@ -68,6 +73,8 @@ class ChaosConfig:
     quiet_period: float = 3.0
     mean_fault_interval: float = 1.5
     min_worker_kills: int = 1
+    worker_kill_every: float | None = 4.0
+    answer_within: float = 60.0
     broker_db: int = 10
     ledger_db: int = 11
     keep_logs: bool = False
@@ -104,6 +111,8 @@ class Run:
         self.plan = plan_sessions(random.Random(config.seed), config.sessions)
         self.seeded: dict[str, PlannedSession] = {}
         self.faults = Faults()
+        self.last_kill = 0.0
+        self.seeded_at: dict[str, float] = {}
 
     def timeline(self) -> list[Wave | Fault]:
         """Seeding waves and faults, in time order."""
@@ -113,6 +122,7 @@ class Run:
             window,
             self.config.mean_fault_interval,
             self.config.min_worker_kills,
+            self.config.worker_kill_every,
         )
         waves = plan_waves(len(self.plan), window * 0.7)
         return sorted([*waves, *faults], key=lambda e: e.at)
@@ -122,6 +132,7 @@ class Run:
         for session in self.plan[wave.start : wave.stop]:
             created = self.stack.state.create_session(session.actions, metadata={"chaos": "1"})
             self.seeded[created["id"]] = session
+            self.seeded_at[created["id"]] = time.time()
 
     def inject(self, fault: Fault) -> None:
         """Apply one scheduled fault and count it."""
@@ -129,6 +140,7 @@ class Run:
             if self.stack.kill_child(self.rng) is not None:
                 self.faults.child_kills += 1
         elif fault.kind == "kill_worker":
+            self.last_kill = time.time()
             replacement = self.stack.kill_worker(self.rng)
             self.faults.worker_kills += 1
             self.progress(f"chaos| killed a worker; {replacement.log_path.stem} took over")
@@ -174,7 +186,28 @@ class Run:
         self.stack.check_databases()
         self.faults.count_requests(self.stack.state.requests())
         keys = [c.counter for s in self.seeded.values() for c in s.calls if c.counter]
-        return verify(self.seeded, self.stack.state.batches(), self._counters(keys), self.faults)
+        batches = self.stack.state.batches()
+        tally = verify(self.seeded, batches, self._counters(keys), self.faults)
+        self._count_late(tally, batches)
+        return tally
+
+    def _count_late(self, tally: Tally, batches: list[AcceptedBatch]) -> None:
+        """Sessions answered more than ``answer_within`` after the last kill (or seeding)."""
+        first: dict[str, float] = {}
+        for batch in batches:
+            first[batch.session_id] = min(
+                first.get(batch.session_id, batch.received_at), batch.received_at
+            )
+        for sid, session in self.seeded.items():
+            if not session.calls or sid not in first:
+                continue
+            due = max(self.last_kill, self.seeded_at[sid]) + self.config.answer_within
+            if first[sid] > due:
+                tally.late += 1
+                tally.problems.append(
+                    f"session {sid}: answered {first[sid] - due + self.config.answer_within:.1f} s "
+                    "after the last kill or its seeding"
+                )
 
     def _counters(self, keys: list[str]) -> dict[str, int]:
         client = self.stack.redis()

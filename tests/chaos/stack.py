@@ -29,9 +29,9 @@ ROOT = Path(__file__).resolve().parents[2]
 class StackConfig:
     """Where the stack keeps its data and how its services are tuned.
 
-    ``queue_budget`` and ``grace`` are small so that the claim of a chord whose worker was
-    killed (its messages stay unacked until the broker's visibility timeout) expires within
-    seconds, and the next poll re-dispatches what has no saved result.
+    ``queue_budget`` and ``grace`` stay at toolfan's defaults unless set: a killed worker's
+    calls are redone once it has missed its heartbeats (``TOOLFAN_DEAD_AFTER``), not when a
+    claim's lease runs out, so the run needs no shortened budget to recover in seconds.
     """
 
     workdir: Path
@@ -39,8 +39,8 @@ class StackConfig:
     ledger_db: int = 11
     workers: int = 2
     concurrency: int = 2
-    queue_budget: float = 3.0
-    grace: float = 2.0
+    queue_budget: float | None = None
+    grace: float | None = None
     poll_interval: float = 0.3
 
 
@@ -131,12 +131,13 @@ class ChaosStack(Stack):
             TOOLFAN_REDIS_URL=self.ledger_url(),
             TOOLFAN_BROKER_URL=f"{self._base}/{self.config.broker_db}",
             TOOLFAN_HANDLERS="tests.chaos.tools",
-            TOOLFAN_QUEUE_BUDGET=str(self.config.queue_budget),
-            TOOLFAN_TIME_LIMIT_GRACE=str(self.config.grace),
-            TOOLFAN_API_TIMEOUT="5",
             OPENAI_BASE_URL=base_url,
             OPENAI_API_KEY=TEST_API_KEY,
         )
+        if self.config.queue_budget is not None:
+            env["TOOLFAN_QUEUE_BUDGET"] = str(self.config.queue_budget)
+        if self.config.grace is not None:
+            env["TOOLFAN_TIME_LIMIT_GRACE"] = str(self.config.grace)
         return env
 
     def _log(self, name: str) -> Path:

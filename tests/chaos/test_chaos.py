@@ -1,4 +1,5 @@
-"""A CI-sized chaos run: 40 sessions while pool processes, workers and the API fail.
+"""A CI-sized chaos run: 40 sessions while pool processes, whole workers and the API fail,
+with toolfan's default budgets: a killed worker's calls are redone within seconds.
 
 Same code as ``python -m tests.chaos.run``, on its own stack and its own Redis databases
 (8 and 9), so it needs none of the suite's fixtures and never touches databases 14/15.
@@ -38,11 +39,12 @@ def test_chaos_run_answers_every_call_exactly_once():
     tally = result.tally
     print(tally.line())
     print(tally.details(CI.seed, result.elapsed))
-    assert (tally.lost, tally.duplicated, tally.rerun, tally.wrong) == (0, 0, 0, 0), "\n".join(
+    counts = (tally.lost, tally.duplicated, tally.rerun, tally.wrong, tally.late)
+    assert counts == (0, 0, 0, 0, 0), "\n".join(
         [tally.line(), *tally.problems, f"logs: {result.logs}"]
     )
     assert tally.sessions == 40
     assert tally.calls > 80
     assert tally.faults.child_kills >= 1
-    assert tally.faults.worker_kills >= 1
+    assert tally.faults.worker_kills >= 3
     assert tally.faults.api_total >= 1

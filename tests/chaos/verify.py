@@ -53,6 +53,7 @@ class Tally:
     duplicated: int = 0
     rerun: int = 0
     wrong: int = 0
+    late: int = 0
     idempotent_reruns: int = 0
     reconciled: int = 0
     failed: int = 0
@@ -60,15 +61,16 @@ class Tally:
 
     @property
     def ok(self) -> bool:
-        """Nothing lost, nothing answered twice, no side effect repeated, nothing wrong."""
-        return not (self.lost or self.duplicated or self.rerun or self.wrong)
+        """Nothing lost, answered twice or late, no side effect repeated, nothing wrong."""
+        return not (self.lost or self.duplicated or self.rerun or self.wrong or self.late)
 
     def line(self) -> str:
         """The one line the run is judged by."""
         return (
             f"chaos: {self.sessions:,} sessions, {self.calls:,} calls, "
             f"{self.faults.total:,} faults injected, {self.lost:,} lost, "
-            f"{self.duplicated:,} duplicated, {self.rerun:,} re-run side effects"
+            f"{self.duplicated:,} duplicated, {self.rerun:,} re-run side effects, "
+            f"{self.late:,} late"
         )
 
     def details(self, seed: int, elapsed: float) -> str:

@@ -75,6 +75,22 @@ def check_settings() -> list[Finding]:
     return [Finding("settings", True, f"{tools} tool(s) from {', '.join(settings.handlers)}")]
 
 
+def check_sources(names: tuple[str, ...] = ("agents",)) -> Finding:
+    """The named sources are installed where the engine looks for them (entry points).
+
+    A checkout whose package metadata predates a source (``pip install -e .`` not rerun)
+    would otherwise start and then fail every delivery of that source.
+    """
+    from tasks import sources
+
+    try:
+        found = [sources.get(name).name for name in names]
+    except (sources.UnknownSource, ImportError) as exc:
+        message = f"{exc}; reinstall toolfan (pip install .) so its entry points are current"
+        return Finding("sources", False, message, True)
+    return Finding("sources", True, ", ".join(found))
+
+
 def check_redis(url: str) -> Finding:
     """The ledger's Redis answers a PING."""
     shown = maybe_sanitize_url(url)
@@ -141,6 +157,7 @@ def run_checks(*, api: bool = True) -> list[Finding]:
     findings += [check_redis(settings.redis_url), check_broker(settings.broker)]
     if api:
         findings.append(check_api())
+    findings.append(check_sources())
     return findings
 
 

@@ -222,22 +222,30 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _cmd_inspect(args: argparse.Namespace, rest: list[str]) -> int:
     """Print the ledger's view of one session as JSON."""
+    from dispatcher.sources.agents import SOURCE
     from tasks.execute import get_ledger
+
+    AGENTS = SOURCE.name
     from tasks.report import inspect_session
 
-    view = inspect_session(get_ledger(), args.session_id)
+    view = inspect_session(get_ledger(AGENTS), args.session_id)
     print(json.dumps(view, indent=2))
     return 0 if view["calls"] or view["dispatch"] else 1
 
 
 def _cmd_status(args: argparse.Namespace, rest: list[str]) -> int:
     """Print fleet-wide counts from the ledger."""
+    from dispatcher.sources.agents import SOURCE
     from tasks.execute import get_ledger
+
+    AGENTS = SOURCE.name
     from tasks.report import fleet_status
     from tasks.settings import get_settings
 
     settings = get_settings()
-    for line in fleet_status(get_ledger(), settings.queue_budget, settings.dead_after).lines():
+    for line in fleet_status(
+        get_ledger(AGENTS), settings.queue_budget, settings.dead_after
+    ).lines():
         print(line)
     return 0
 

@@ -25,17 +25,19 @@ from dispatcher.listing import ListBudget
 from dispatcher.memo import DispatchMemo
 from dispatcher.models import BadSession, FunctionCall, Session
 from dispatcher.once import OnceLog
+from dispatcher.sources.agents import SOURCE, get_client
 from handlers import jsonsafe
 from handlers.result import CallResult, Outcome
 from handlers.text import shown
 from tasks import metrics
 from tasks.app import app
+from tasks.envelope import Envelope
 from tasks.execute import call_signature, get_ledger, result_payload, tool_timeout
-from tasks.ledger import FINAL_STATES, CallRef, CallStatus, Dispatch, Ledger, SessionView
+from tasks.ledger import FINAL_STATES, BatchView, CallRef, CallStatus, Dispatch, Ledger
 from tasks.liveness import Reaper
 from tasks.queues import ControlQueue, execute_queue
 from tasks.settings import Settings, get_settings, load_registry
-from tasks.submit import get_client, submit, submit_reprs
+from tasks.submit import submit, submit_reprs
 
 log = logging.getLogger("toolfan.poll")
 
@@ -216,7 +218,7 @@ class Poller:
                 summary.sessions_pending += 1
                 waiting.append((session.id, calls))
         waiting = self._skip_own_in_flight(waiting, summary)
-        views = self.ledger.session_views(
+        views = self.ledger.batch_views(
             [(sid, [_ref(sid, c) for c in calls]) for sid, calls in waiting]
         )
         for (session_id, calls), view in zip(waiting, views, strict=True):
@@ -287,7 +289,7 @@ class Poller:
         return rest
 
     def _session(
-        self, session_id: str, calls: list[Call], view: SessionView, summary: PollSummary
+        self, session_id: str, calls: list[Call], view: BatchView, summary: PollSummary
     ) -> None:
         pending = [
             (c, s) for c, s in zip(calls, view.calls, strict=True) if s.state not in FINAL_STATES
@@ -311,7 +313,7 @@ class Poller:
     def _in_flight(
         self,
         session_id: str,
-        view: SessionView,
+        view: BatchView,
         pending: list[tuple[Call, CallStatus]],
         summary: PollSummary,
     ) -> None:
@@ -452,13 +454,11 @@ class Poller:
             lease_ms=dispatch.lease_ms,
             saved=saved,
             first_seen=dispatch.first_seen,
+            source=SOURCE.name,
         ).set(**UNSTORED, **submit_reprs(session_id, len(calls)))
         if to_run:
             header = [
-                call_signature(
-                    session_id, c.turn_id, c.call_id, c.name, c.arguments, c.problem
-                ).set(**UNSTORED)
-                for c in to_run
+                call_signature(_envelope(session_id, c, dispatch)).set(**UNSTORED) for c in to_run
             ]
             _stop_listening(chord(header)(body))
         else:
@@ -521,6 +521,19 @@ def _ref(session_id: str, call: Call) -> CallRef:
     return CallRef(session_id, call.turn_id, call.call_id)
 
 
+def _envelope(session_id: str, call: Call, dispatch: Dispatch) -> Envelope:
+    return Envelope(
+        source=SOURCE.name,
+        batch_id=session_id,
+        turn_id=call.turn_id,
+        call_id=call.call_id,
+        name=call.name,
+        arguments=call.arguments,
+        problem=call.problem,
+        deadline=dispatch.expires_at,
+    )
+
+
 #: The dispatches of this process, kept across the passes of a loop or of beat's tasks.
 _MEMO = DispatchMemo()
 
@@ -532,14 +545,17 @@ def process_poller() -> Poller:
     Its dispatch memo, the problems it already reported and its place in a long list
     serve every pass of a loop, or every poll task beat sends this worker.
     """
-    return Poller(get_client(), get_ledger(), get_settings(), _MEMO, reaper=new_reaper())
+    return Poller(get_client(), get_ledger(SOURCE.name), get_settings(), _MEMO, reaper=new_reaper())
 
 
 def new_reaper() -> Reaper:
     """A reaper on this process's ledger and broker, with its liveness settings."""
     settings = get_settings()
     return Reaper(
-        get_ledger().client, app.connection_for_write(), settings.dead_after, settings.heartbeat
+        get_ledger(SOURCE.name).client,
+        app.connection_for_write(),
+        settings.dead_after,
+        settings.heartbeat,
     )
 
 
@@ -549,7 +565,7 @@ def poll_once(**overrides: Any) -> PollSummary:
         return process_poller().poll_once()
     poller = Poller(
         overrides.get("client") or get_client(),
-        overrides.get("ledger") or get_ledger(),
+        overrides.get("ledger") or get_ledger(SOURCE.name),
         overrides.get("settings") or get_settings(),
         overrides.get("memo", _MEMO),
     )

@@ -64,4 +64,4 @@ def resubmit_session(
 
 def abandoned_sessions(ledger: Ledger) -> list[str]:
     """Every session holding an abandoned call, from a scan of the ledger."""
-    return ledger.sessions_with_state("abandoned")
+    return ledger.batches_with_state("abandoned")

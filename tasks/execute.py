@@ -36,9 +36,11 @@ from handlers.runner import (
 from tasks import liveness, metrics
 from tasks.app import app
 from tasks.config import hard_limit
+from tasks.envelope import LEGACY_SOURCE, Envelope
 from tasks.ledger import Begin, CallRef, Ledger, LedgerError
 from tasks.queues import EXECUTE_TASK, execute_queue
 from tasks.settings import get_settings, load_registry
+from tasks.upgrade import ensure_upgraded
 
 log = logging.getLogger("toolfan.execute")
 
@@ -54,10 +56,17 @@ SAVE_BACKOFF = (0.05, 1.0)
 
 
 @cache
-def get_ledger() -> Ledger:
-    """The ledger of this process, on ``TOOLFAN_REDIS_URL``."""
+def get_ledger(source: str) -> Ledger:
+    """The ledger of ``source`` in this process, on ``TOOLFAN_REDIS_URL`` (one client)."""
+    return _ledger().scoped(source)
+
+
+@cache
+def _ledger() -> Ledger:
     settings = get_settings()
-    return Ledger.from_url(settings.redis_url, settings.ledger_ttl)
+    ledger = Ledger.from_url(settings.redis_url, settings.ledger_ttl, LEGACY_SOURCE)
+    ensure_upgraded(ledger.client)  # records of the version before sources, moved first
+    return ledger
 
 
 def execute_call(
@@ -79,12 +88,7 @@ def execute_call(
         LedgerError: the ledger is unreachable, so "at most once" cannot be guaranteed;
             the caller retries later rather than run the function unrecorded.
     """
-    context = {
-        "session_id": ref.session_id,
-        "turn_id": ref.turn_id,
-        "call_id": ref.call_id,
-        "function": name,
-    }
+    context = _ids(ledger.source, ref, name)
     begin = ledger.begin(ref, name, worker)
     if begin.saved is not None:
         log.info("%s returning saved result", where(context), extra=context)
@@ -138,7 +142,9 @@ def _running_elsewhere(
     ):
         saved = ledger.saved(ref)
         if saved is not None:
-            log.info("%s answered by %s, which ran it", where(_ids(ref, "")), previous)
+            log.info(
+                "%s answered by %s, which ran it", where(_ids(ledger.source, ref, "")), previous
+            )
             return saved
         time.sleep(ELSEWHERE_POLL)
     return ledger.saved(ref)
@@ -257,7 +263,7 @@ def crashed(name: str, exc: BaseException) -> CallResult:
 def result_payload(ref: CallRef, name: str, result: CallResult) -> dict[str, Any]:
     """The JSON the task returns: the call's identity plus its result."""
     return {
-        "session_id": ref.session_id,
+        "batch_id": ref.batch_id,
         "turn_id": ref.turn_id,
         "call_id": ref.call_id,
         "name": name,
@@ -303,79 +309,76 @@ def _clipped(value: Any) -> str:
 
 @app.task(name=EXECUTE_TASK, bind=True, max_retries=LEDGER_RETRIES)
 def execute(
-    self: Task[Any, Any],
-    session_id: str,
-    turn_id: str,
-    call_id: str,
-    name: str,
-    arguments: Any,
-    problem: str | None = None,
+    self: Task[Any, Any], *legacy: Any, call: Mapping[str, Any] | None = None
 ) -> Mapping[str, Any]:
-    """Run one function call of a session; returns its result, never raises."""
-    ref = CallRef(session_id, turn_id, call_id)
+    """Run one call (its :class:`Envelope` in ``call``); returns its result, never raises.
+
+    Positional arguments are the message of the version before envelopes, still read so
+    that messages queued across an upgrade run.
+    """
+    envelope = Envelope.from_wire(call) if call is not None else Envelope.from_legacy(legacy)
+    ref, name = envelope.ref, envelope.name
+    ledger = get_ledger(envelope.source)
     worker = liveness.runner(self.request.hostname or "")
     try:
-        result = execute_call(ref, name, arguments, get_ledger(), load_registry(), problem, worker)
+        result = execute_call(
+            ref, name, envelope.arguments, ledger, load_registry(), envelope.problem, worker
+        )
     except LedgerError as exc:
         if self.request.retries < LEDGER_RETRIES:
-            reprs = call_reprs(session_id, turn_id, call_id, name)  # or Flower shows values
+            reprs = call_reprs(envelope)  # or Flower shows values
             raise self.retry(countdown=2**self.request.retries, exc=exc, **reprs) from exc
-        log.error("%s giving up: %s", where(_ids(ref, name)), exc, extra=_ids(ref, name))
+        ids = _ids(ledger.source, ref, name)
+        log.error("%s giving up: %s", where(ids), exc, extra=ids)
         result = CallResult.fail(
             Outcome.EXCEPTION, "toolfan could not record this call; retry later"
         )
     except (Exception, RecursionError, MemoryError) as exc:
-        result = _guarded(ref, name, exc)
+        result = _guarded(ledger, ref, name, exc)
     return Payload(result_payload(ref, name, result))
 
 
-def _guarded(ref: CallRef, name: str, exc: BaseException) -> CallResult:
+def _guarded(ledger: Ledger, ref: CallRef, name: str, exc: BaseException) -> CallResult:
     """Answer a call whose handling raised, saving that answer when the ledger takes it."""
-    ids = _ids(ref, name)
+    ids = _ids(ledger.source, ref, name)
     log.error("%s handling the call raised", where(ids), exc_info=True, extra=ids)
     result = crashed(name, exc)
     try:
-        return get_ledger().finish(ref, result)
+        return ledger.finish(ref, result)
     except Exception:  # the answer still goes out; a redelivery would give the same one
         log.error("%s the failed result could not be saved", where(ids), extra=ids)
         return result
 
 
-def _ids(ref: CallRef, name: str) -> dict[str, Any]:
+def _ids(source: str, ref: CallRef, name: str) -> dict[str, Any]:
+    """A call's identity in log lines and their JSON fields."""
     return {
-        "session_id": ref.session_id,
+        "source": source,
+        "batch_id": ref.batch_id,
         "turn_id": ref.turn_id,
         "call_id": ref.call_id,
         "function": name,
     }
 
 
-def call_reprs(session_id: str, turn_id: str, call_id: str, name: str) -> dict[str, Any]:
+def call_reprs(envelope: Envelope) -> dict[str, Any]:
     """What task events (Flower) show of an ``execute``: the ids, never argument values."""
-    shown = ", ".join(_clipped(v) for v in (session_id, turn_id, call_id, name))
-    return {"argsrepr": f"({shown}, {HIDDEN})", "kwargsrepr": "{}"}
+    ids = (envelope.source, envelope.batch_id, envelope.turn_id, envelope.call_id)
+    shown = ", ".join(_clipped(v) for v in (*ids, envelope.name))
+    return {"argsrepr": "()", "kwargsrepr": f"{{'call': ({shown}, {HIDDEN})}}"}
 
 
-def call_signature(
-    session_id: str,
-    turn_id: str,
-    call_id: str,
-    name: str,
-    arguments: Any,
-    problem: str | None = None,
-) -> Signature[Any]:
+def call_signature(envelope: Envelope) -> Signature[Any]:
     """A routed ``execute`` signature: on its tool's queue, with its tool's hard time limit.
 
-    Its ``argsrepr``, what task events and so Flower show, names the call but leaves out
+    Its ``kwargsrepr``, what task events and so Flower show, names the call but leaves out
     the argument values: they stay out of monitoring as they stay out of INFO logs, and
     Celery need not build a repr of every call's arguments when it publishes.
     """
     registry = load_registry()
     options: dict[str, Any] = {
-        "queue": execute_queue(registry, name),
-        "time_limit": _hard_limit(registry, name),
-        **call_reprs(session_id, turn_id, call_id, name),
+        "queue": execute_queue(registry, envelope.name),
+        "time_limit": _hard_limit(registry, envelope.name),
+        **call_reprs(envelope),
     }
-    args = (session_id, turn_id, call_id, name, arguments)
-    signature = execute.si(*args, problem) if problem is not None else execute.si(*args)
-    return signature.set(**options)
+    return execute.si(call=envelope.to_wire()).set(**options)

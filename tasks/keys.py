@@ -8,8 +8,11 @@ the braces of a hash tag: distinct ids always give distinct keys. Ids made of le
 digits, ``_``, ``.`` and ``-`` (every id the API issues) are spelled as themselves, so
 those keys are the ones earlier versions wrote.
 
-Session ids sit inside ``{...}`` hash tags, so all keys of one session land in the same
-Redis Cluster slot and multi-key scripts over one session stay legal there.
+Every key of a batch is scoped by its source and the layout's version
+(``toolfan:v2:agents:call:{sess_1}:turn_1:call_1``). Batch ids sit inside ``{...}`` hash
+tags, so all keys of one batch land in the same Redis Cluster slot and multi-key scripts
+over one batch stay legal there; a legacy key (``toolfan:call:{sess_1}:...``) shares its
+batch's slot too, so moving it is a ``RENAME``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import re
 from urllib.parse import quote_from_bytes, unquote
 
 PREFIX = "toolfan"
+#: The version of the per-batch key layout: ``toolfan:v2:<source>:<kind>:{<batch>}...``.
+VERSION = "v2"
 
 #: Ids spelled as themselves: what the API issues, and what earlier versions keyed raw.
 _PLAIN = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
@@ -45,35 +50,67 @@ def encode_id(value: str) -> str:
     return f"{text[:_HEAD]}~{hashlib.sha256(raw).hexdigest()}"
 
 
-def session_tag(session_id: str) -> str:
-    """The hash tag shared by every key of one session."""
-    return f"{{{encode_id(session_id)}}}"
+def scope(source: str) -> str:
+    """The prefix of every key of one source's batches, in this layout's version."""
+    return f"{PREFIX}:{VERSION}:{encode_id(source)}"
 
 
-def call(session_id: str, turn_id: str, call_id: str) -> str:
+def batch_tag(batch_id: str) -> str:
+    """The hash tag shared by every key of one batch."""
+    return f"{{{encode_id(batch_id)}}}"
+
+
+def call(source: str, batch_id: str, turn_id: str, call_id: str) -> str:
     """Hash with the ledger record of one call."""
-    return f"{PREFIX}:call:{session_tag(session_id)}:{encode_id(turn_id)}:{encode_id(call_id)}"
+    return f"{scope(source)}:call:{batch_tag(batch_id)}:{encode_id(turn_id)}:{encode_id(call_id)}"
 
 
-def calls_of(session_id: str) -> str:
-    """A SCAN pattern matching every call record of one session (spellings hold no glob)."""
-    return f"{PREFIX}:call:{session_tag(session_id)}:*"
+def calls_of(source: str, batch_id: str) -> str:
+    """A SCAN pattern matching every call record of one batch (spellings hold no glob)."""
+    return f"{scope(source)}:call:{batch_tag(batch_id)}:*"
 
 
-def claim(session_id: str) -> str:
-    """String holding the owner token of a session's claim (a lease with a TTL)."""
-    return f"{PREFIX}:claim:{session_tag(session_id)}"
+def all_calls(source: str) -> str:
+    """A SCAN pattern matching every call record of one source."""
+    return f"{scope(source)}:call:*"
 
 
-def dispatch(session_id: str) -> str:
-    """Hash describing a session's current dispatch: owner token, times, expiry."""
-    return f"{PREFIX}:dispatch:{session_tag(session_id)}"
+def claim(source: str, batch_id: str) -> str:
+    """String holding the owner token of a batch's claim (a lease with a TTL)."""
+    return f"{scope(source)}:claim:{batch_tag(batch_id)}"
 
 
-def session_of(call_key: str) -> str:
-    """The session id a call key spells (percent-decoded; a long id's head only)."""
-    tag = call_key[len(f"{PREFIX}:call:{{") : call_key.index("}")]
+def dispatch(source: str, batch_id: str) -> str:
+    """Hash describing a batch's current dispatch: owner token, times, expiry."""
+    return f"{scope(source)}:dispatch:{batch_tag(batch_id)}"
+
+
+#: SCAN patterns over every source: all call records, all claims.
+ALL_CALLS = f"{PREFIX}:{VERSION}:*:call:*"
+ALL_CLAIMS = f"{PREFIX}:{VERSION}:*:claim:*"
+
+
+def batch_of(key: str) -> str:
+    """The batch id a call, claim or dispatch key spells (percent-decoded; a long id's head)."""
+    tag = key[key.index("{") + 1 : key.index("}")]
     return unquote(tag)
+
+
+def source_of(key: str) -> str:
+    """The source a key of this layout belongs to."""
+    return unquote(key.split(":", 3)[2])
+
+
+#: The key layout before sources: ``toolfan:call:{session}:turn:call`` and so on. Its
+#: records belong to the one source that existed then (see :mod:`tasks.upgrade`).
+LEGACY_KINDS = ("call", "claim", "dispatch")
+#: String naming the key layout the ledger holds, once :mod:`tasks.upgrade` moved it.
+SCHEMA = f"{PREFIX}:schema"
+
+
+def upgraded(legacy_key: str, source: str) -> str:
+    """The key a record of the legacy layout moves to: same kind, same batch, same slot."""
+    return f"{scope(source)}:{legacy_key[len(PREFIX) + 1 :]}"
 
 
 #: Sorted set of worker names scored by their last heartbeat (epoch seconds).
@@ -90,5 +127,6 @@ def held(worker: str) -> str:
 
 
 def dispatch_of_claim(claim_key: str) -> str:
-    """The dispatch key of the session whose claim key is ``claim_key``."""
-    return claim_key.replace(f"{PREFIX}:claim:", f"{PREFIX}:dispatch:", 1)
+    """The dispatch key of the batch whose claim key is ``claim_key``."""
+    head, _, tail = claim_key.partition(":claim:")
+    return f"{head}:dispatch:{tail}"

@@ -1,9 +1,12 @@
-"""The Redis ledger: what became of each call, and who owns each session right now.
+"""The Redis ledger: what became of each call, and who owns each batch right now.
 
-A record per (session, turn, call) says whether the call started or finished, holds the
-saved result, and counts attempts. Every update is one Lua script, so a redelivered task
-racing the original sees either no result or the one saved result, never half of one.
-Session claims are leases: an owner token with a TTL, released by compare-and-delete so
+A ledger is scoped to one source (:mod:`tasks.sources`): its keys carry the source's
+name, so batches of different protocols never share a record even when their ids match.
+A record per (batch, turn, call) says whether the call started or finished, holds the
+saved result, and counts attempts (a source without turns uses an empty turn). Every
+update is one Lua script, so a redelivered task racing the original sees either no result
+or the one saved result, never half of one.
+Batch claims are leases: an owner token with a TTL, released by compare-and-delete so
 a slow owner can never free a claim that has since passed to someone else.
 """
 
@@ -45,16 +48,11 @@ class LedgerError(ToolfanError):
 
 @dataclass(frozen=True)
 class CallRef:
-    """The identity of one function call within a session."""
+    """The identity of one function call within a batch (its source is the ledger's)."""
 
-    session_id: str
+    batch_id: str
     turn_id: str
     call_id: str
-
-    @property
-    def key(self) -> str:
-        """The ledger key of this call."""
-        return keys.call(self.session_id, self.turn_id, self.call_id)
 
     @property
     def ids(self) -> str:
@@ -62,12 +60,12 @@ class CallRef:
 
         Every id, lone surrogates included, is kept exactly, and any client can read it.
         """
-        return json.dumps([self.session_id, self.turn_id, self.call_id])
+        return json.dumps([self.batch_id, self.turn_id, self.call_id])
 
     @property
     def ids_tuple(self) -> tuple[str, str, str]:
         """The three ids."""
-        return self.session_id, self.turn_id, self.call_id
+        return self.batch_id, self.turn_id, self.call_id
 
 
 @dataclass(frozen=True)
@@ -94,7 +92,7 @@ class CallStatus:
 
 @dataclass(frozen=True)
 class Dispatch:
-    """A session's latest dispatch: who owns it, when it started, and when actions expire."""
+    """A batch's latest dispatch: who owns it, when it started, and when actions expire."""
 
     token: str
     dispatched_at: float
@@ -131,8 +129,8 @@ class Dispatch:
 
 
 @dataclass(frozen=True)
-class SessionView:
-    """One session as the ledger sees it: its claim, its dispatch, and given calls."""
+class BatchView:
+    """One batch as the ledger sees it: its claim, its dispatch, and given calls."""
 
     claim_owner: str | None
     dispatch: Dispatch | None
@@ -143,7 +141,7 @@ class SessionView:
 class CallRecord:
     """The ledger's full view of one call, its ids as the API sent them."""
 
-    session_id: str
+    batch_id: str
     turn_id: str
     call_id: str
     state: str
@@ -160,11 +158,12 @@ class CallRecord:
 
 
 class Ledger:
-    """Call records and session claims in Redis."""
+    """Call records and batch claims of one source in Redis."""
 
-    def __init__(self, client: redis.Redis, ttl: int) -> None:
+    def __init__(self, client: redis.Redis, ttl: int, source: str) -> None:
         self.client = client
         self.ttl = ttl
+        self.source = source
         self._begin = client.register_script(BEGIN)
         self._finish = client.register_script(FINISH)
         self._submitted = client.register_script(MARK_SUBMITTED)
@@ -176,14 +175,28 @@ class Ledger:
         self._reopen = client.register_script(REOPEN)
 
     @classmethod
-    def from_url(cls, url: str, ttl: int) -> Ledger:
-        """A ledger on the Redis at ``url``."""
-        return cls(redis.Redis.from_url(url, decode_responses=True), ttl)
+    def from_url(cls, url: str, ttl: int, source: str) -> Ledger:
+        """A ledger of ``source`` on the Redis at ``url``."""
+        return cls(redis.Redis.from_url(url, decode_responses=True), ttl, source)
+
+    def scoped(self, source: str) -> Ledger:
+        """The same Redis and settings, for another source's batches."""
+        return self if source == self.source else Ledger(self.client, self.ttl, source)
+
+    def key(self, ref: CallRef) -> str:
+        """The key of a call's record."""
+        return keys.call(self.source, ref.batch_id, ref.turn_id, ref.call_id)
+
+    def _claim_key(self, batch_id: str) -> str:
+        return keys.claim(self.source, batch_id)
+
+    def _dispatch_key(self, batch_id: str) -> str:
+        return keys.dispatch(self.source, batch_id)
 
     def begin(self, ref: CallRef, name: str, worker: str = "") -> Begin:
         """Mark an attempt started by ``worker``, unless the call has a saved result."""
         state, result, attempts, previous = self._run(
-            self._begin, [ref.key], [time.time(), self.ttl, scrub(name), ref.ids, worker]
+            self._begin, [self.key(ref)], [time.time(), self.ttl, scrub(name), ref.ids, worker]
         )
         saved = CallResult.model_validate_json(result) if state == "done" else None
         return Begin(saved, int(attempts), previous or None)
@@ -191,18 +204,18 @@ class Ledger:
     def finish(self, ref: CallRef, result: CallResult) -> CallResult:
         """Save a result; the first saved result wins and is returned to every caller."""
         payload = result.stored()
-        saved = self._run(self._finish, [ref.key], [payload, time.time(), self.ttl, ref.ids])
+        saved = self._run(self._finish, [self.key(ref)], [payload, time.time(), self.ttl, ref.ids])
         return result if saved == payload else CallResult.model_validate_json(saved)
 
     def saved(self, ref: CallRef) -> CallResult | None:
         """The call's saved result, or None."""
-        raw = cast(str | None, self._call(self.client.hget, ref.key, "result"))
+        raw = cast(str | None, self._call(self.client.hget, self.key(ref), "result"))
         return CallResult.model_validate_json(raw) if raw else None
 
     def replace(self, ref: CallRef, result: CallResult, reason: str) -> bool:
         """Put ``result`` in place of a saved result the API refused; False if no record."""
         return bool(
-            self._run(self._replace, [ref.key], [result.stored(), time.time(), scrub(reason)])
+            self._run(self._replace, [self.key(ref)], [result.stored(), time.time(), scrub(reason)])
         )
 
     def reopen(self, refs: Sequence[CallRef], states: Iterable[str] = FINAL_STATES) -> int:
@@ -211,12 +224,12 @@ class Ledger:
             raise ValueError("only submitted and abandoned calls can be reopened")
         if not refs:
             return 0
-        return int(self._run(self._reopen, [ref.key for ref in refs], [time.time()]))
+        return int(self._run(self._reopen, [self.key(ref) for ref in refs], [time.time()]))
 
-    def sessions_with_state(self, state: str) -> list[str]:
-        """Sessions having a call in ``state`` (a SCAN of every record: for operators)."""
+    def batches_with_state(self, state: str) -> list[str]:
+        """Batches having a call in ``state`` (a SCAN of every record: for operators)."""
         found: set[str] = set()
-        keys_ = self._call(lambda: list(self.client.scan_iter(f"{keys.PREFIX}:call:*", 1000)))
+        keys_ = self._call(lambda: list(self.client.scan_iter(keys.all_calls(self.source), 1000)))
         for start in range(0, len(keys_), 1000):
             chunk = keys_[start : start + 1000]
             pipe = self.client.pipeline(transaction=False)
@@ -225,63 +238,65 @@ class Ledger:
             for key, (seen, ids) in zip(chunk, self._call(pipe.execute), strict=True):
                 if seen == state:
                     parsed = _ids(ids)
-                    found.add(parsed[0] if parsed else keys.session_of(key))
+                    found.add(parsed[0] if parsed else keys.batch_of(key))
         return sorted(found)
 
     def record(self, ref: CallRef) -> CallRecord | None:
         """The stored record of a call, or None when the ledger never saw it."""
-        raw = cast(dict[str, str], self._call(self.client.hgetall, ref.key))
+        raw = cast(dict[str, str], self._call(self.client.hgetall, self.key(ref)))
         return _record(raw, ref) if raw else None
 
-    def records_of(self, session_id: str) -> list[CallRecord]:
-        """Every call record of one session (a SCAN: for operators, not hot paths)."""
-        found = sorted(self._call(lambda: list(self.client.scan_iter(keys.calls_of(session_id)))))
+    def records_of(self, batch_id: str) -> list[CallRecord]:
+        """Every call record of one batch (a SCAN: for operators, not hot paths)."""
+        found = sorted(
+            self._call(lambda: list(self.client.scan_iter(keys.calls_of(self.source, batch_id))))
+        )
         pipe = self.client.pipeline(transaction=False)
         for key in found:
             pipe.hgetall(key)
         raws = cast(list[dict[str, str]], self._call(pipe.execute)) if found else []
         records = [
-            _record(raw, _ref_from_key(session_id, key))
+            _record(raw, _ref_from_key(keys.calls_of(self.source, batch_id), batch_id, key))
             for key, raw in zip(found, raws, strict=True)
             if raw
         ]
-        return [r for r in records if r.session_id == session_id]
+        return [r for r in records if r.batch_id == batch_id]
 
-    def session_views(self, sessions: Sequence[tuple[str, Sequence[CallRef]]]) -> list[SessionView]:
-        """Each session's claim, dispatch and calls' statuses, in one round trip for all."""
+    def batch_views(self, batches: Sequence[tuple[str, Sequence[CallRef]]]) -> list[BatchView]:
+        """Each batch's claim, dispatch and calls' statuses, in one round trip for all."""
         pipe = self.client.pipeline(transaction=False)
-        for session_id, refs in sessions:
-            pipe.get(keys.claim(session_id))
-            pipe.hgetall(keys.dispatch(session_id))
+        for batch_id, refs in batches:
+            pipe.get(self._claim_key(batch_id))
+            pipe.hgetall(self._dispatch_key(batch_id))
             for ref in refs:
-                pipe.hmget(ref.key, ["state", "result"])
+                pipe.hmget(self.key(ref), ["state", "result"])
         replies = iter(self._call(pipe.execute))
-        return [_view(replies, len(refs)) for _, refs in sessions]
+        return [_view(replies, len(refs)) for _, refs in batches]
 
-    def claim_owners(self, session_ids: Sequence[str]) -> list[str | None]:
-        """The token holding each session's claim (None when free), in one round trip."""
+    def claim_owners(self, batch_ids: Sequence[str]) -> list[str | None]:
+        """The token holding each batch's claim (None when free), in one round trip."""
         pipe = self.client.pipeline(transaction=False)
-        for session_id in session_ids:
-            pipe.get(keys.claim(session_id))
+        for batch_id in batch_ids:
+            pipe.get(self._claim_key(batch_id))
         return cast(list[str | None], self._call(pipe.execute))
 
-    def dispatch(self, session_id: str) -> Dispatch | None:
-        """A session's latest dispatch record, or None."""
-        raw = cast(dict[str, str], self._call(self.client.hgetall, keys.dispatch(session_id)))
+    def dispatch(self, batch_id: str) -> Dispatch | None:
+        """A batch's latest dispatch record, or None."""
+        raw = cast(dict[str, str], self._call(self.client.hgetall, self._dispatch_key(batch_id)))
         return Dispatch.from_hash(raw) if raw else None
 
-    def record_dispatch(self, session_id: str, dispatch: Dispatch) -> None:
-        """Remember a session's dispatch (replacing the previous one)."""
+    def record_dispatch(self, batch_id: str, dispatch: Dispatch) -> None:
+        """Remember a batch's dispatch (replacing the previous one)."""
         pipe = self.client.pipeline(transaction=True)
-        pipe.delete(keys.dispatch(session_id))
-        pipe.hset(keys.dispatch(session_id), mapping=cast(Any, dispatch.to_hash()))
-        pipe.expire(keys.dispatch(session_id), self.ttl)
+        pipe.delete(self._dispatch_key(batch_id))
+        pipe.hset(self._dispatch_key(batch_id), mapping=cast(Any, dispatch.to_hash()))
+        pipe.expire(self._dispatch_key(batch_id), self.ttl)
         self._call(pipe.execute)
 
-    def claim_dispatch(self, session_id: str, dispatch: Dispatch) -> bool:
-        """Take a free session's claim for ``dispatch.token`` and record the dispatch."""
+    def claim_dispatch(self, batch_id: str, dispatch: Dispatch) -> bool:
+        """Take a free batch's claim for ``dispatch.token`` and record the dispatch."""
         fields = [str(x) for pair in dispatch.to_hash().items() for x in pair]
-        claim_keys = [keys.claim(session_id), keys.dispatch(session_id)]
+        claim_keys = [self._claim_key(batch_id), self._dispatch_key(batch_id)]
         return bool(
             self._run(
                 self._claim, claim_keys, [dispatch.token, dispatch.lease_ms, self.ttl, *fields]
@@ -289,12 +304,12 @@ class Ledger:
         )
 
     def mark_submitted(
-        self, session_id: str, token: str, refs: Sequence[CallRef], submission_key: str
+        self, batch_id: str, token: str, refs: Sequence[CallRef], submission_key: str
     ) -> None:
         """Record the API accepted these results under ``submission_key``; free the claim."""
         self._run(
             self._submitted,
-            [keys.claim(session_id), *(ref.key for ref in refs)],
+            [self._claim_key(batch_id), *(self.key(ref) for ref in refs)],
             [token, submission_key, time.time(), self.ttl],
         )
 
@@ -310,31 +325,31 @@ class Ledger:
     def _mark(self, refs: Sequence[CallRef], fields: dict[str, str | float]) -> None:
         pipe = self.client.pipeline(transaction=True)
         for ref in refs:
-            pipe.hset(ref.key, mapping=cast(Any, fields))
-            pipe.expire(ref.key, self.ttl)
+            pipe.hset(self.key(ref), mapping=cast(Any, fields))
+            pipe.expire(self.key(ref), self.ttl)
         self._call(pipe.execute)
 
-    def claim(self, session_id: str, token: str, lease_ms: int) -> bool:
-        """Take a session's claim for ``lease_ms`` unless someone holds it."""
+    def claim(self, batch_id: str, token: str, lease_ms: int) -> bool:
+        """Take a batch's claim for ``lease_ms`` unless someone holds it."""
         return bool(
-            self._call(self.client.set, keys.claim(session_id), token, nx=True, px=lease_ms)
+            self._call(self.client.set, self._claim_key(batch_id), token, nx=True, px=lease_ms)
         )
 
-    def reclaim(self, session_id: str, token: str, lease_ms: int) -> bool:
+    def reclaim(self, batch_id: str, token: str, lease_ms: int) -> bool:
         """Keep or retake a claim: succeeds unless another owner holds it now."""
-        return bool(self._run(self._reclaim, [keys.claim(session_id)], [token, lease_ms]))
+        return bool(self._run(self._reclaim, [self._claim_key(batch_id)], [token, lease_ms]))
 
-    def takeover(self, session_id: str, old: str, new: str, lease_ms: int) -> bool:
+    def takeover(self, batch_id: str, old: str, new: str, lease_ms: int) -> bool:
         """Move a claim from ``old`` to ``new`` owner, only if ``old`` still holds it."""
-        return bool(self._run(self._takeover, [keys.claim(session_id)], [old, new, lease_ms]))
+        return bool(self._run(self._takeover, [self._claim_key(batch_id)], [old, new, lease_ms]))
 
-    def release(self, session_id: str, token: str) -> bool:
+    def release(self, batch_id: str, token: str) -> bool:
         """Free a claim only if ``token`` still owns it."""
-        return bool(self._run(self._release, [keys.claim(session_id)], [token]))
+        return bool(self._run(self._release, [self._claim_key(batch_id)], [token]))
 
-    def claim_owner(self, session_id: str) -> str | None:
-        """The token holding a session's claim, or None."""
-        return cast(str | None, self._call(self.client.get, keys.claim(session_id)))
+    def claim_owner(self, batch_id: str) -> str | None:
+        """The token holding a batch's claim, or None."""
+        return cast(str | None, self._call(self.client.get, self._claim_key(batch_id)))
 
     def _run(self, script: Any, keys_: list[str], args: list[Any]) -> Any:
         return self._call(script, keys=keys_, args=args)
@@ -348,7 +363,7 @@ class Ledger:
             raise LedgerError(f"ledger unavailable: {type(exc).__name__}: {exc}") from exc
 
 
-def _view(replies: Iterator[Any], calls: int) -> SessionView:
+def _view(replies: Iterator[Any], calls: int) -> BatchView:
     owner, dispatch = next(replies), next(replies)
     statuses = []
     for _ in range(calls):
@@ -356,15 +371,15 @@ def _view(replies: Iterator[Any], calls: int) -> SessionView:
         statuses.append(
             CallStatus(state, CallResult.model_validate_json(result) if result else None)
         )
-    return SessionView(owner, Dispatch.from_hash(dispatch), statuses)
+    return BatchView(owner, Dispatch.from_hash(dispatch), statuses)
 
 
 def _record(raw: dict[str, str], ref: CallRef) -> CallRecord:
     """A record from its hash; ids stored in it (verbatim) win over those of ``ref``."""
     result = raw.get("result")
-    session_id, turn_id, call_id = _ids(raw.get("ids")) or ref.ids_tuple
+    batch_id, turn_id, call_id = _ids(raw.get("ids")) or ref.ids_tuple
     return CallRecord(
-        session_id=session_id,
+        batch_id=batch_id,
         turn_id=turn_id,
         call_id=call_id,
         state=raw.get("state", "unknown"),
@@ -391,15 +406,15 @@ def _ids(raw: str | None) -> tuple[str, str, str] | None:
     return None
 
 
-def _ref_from_key(session_id: str, key: str) -> CallRef:
+def _ref_from_key(pattern: str, batch_id: str, key: str) -> CallRef:
     """The ids a record's key spells, for records written before ids were stored in them.
 
     Such records were only written under keys of plain ids, which are spelled as
     themselves; anything else is shown percent-decoded.
     """
-    tail = key[len(keys.calls_of(session_id)) - 1 :]
+    tail = key[len(pattern) - 1 :]
     turn, _, call = tail.partition(":")
-    return CallRef(session_id, unquote(turn), unquote(call))
+    return CallRef(batch_id, unquote(turn), unquote(call))
 
 
 def _float(value: str | None) -> float | None:

@@ -50,7 +50,8 @@ class Router:
     ) -> dict[str, str] | None:
         """Pick the queue of a task by its name (and, for ``execute``, its function)."""
         if name == EXECUTE_TASK:
-            fn = (kwargs or {}).get("name") or (args[3] if args and len(args) > 3 else "")
+            call = (kwargs or {}).get("call")
+            fn = call.get("name", "") if isinstance(call, dict) else ""
             return {"queue": execute_queue(self.registry, str(fn))}
         if name == SUBMIT_TASK:
             return {"queue": ControlQueue.SUBMIT.value}

@@ -1,4 +1,4 @@
-"""Read-only views of the ledger for operators: one session in detail, and fleet counts.
+"""Read-only views of the ledger for operators: one batch in detail, and fleet counts.
 
 These scan keys (SCAN, never KEYS), so they are for humans at a terminal, not hot paths.
 """
@@ -19,20 +19,21 @@ def _scan(ledger: Ledger, pattern: str) -> list[str]:
 
 
 def inspect_session(ledger: Ledger, session_id: str) -> dict[str, Any]:
-    """Everything the ledger knows of one session, JSON-ready."""
+    """Everything the ledger knows of one batch, JSON-ready (``session_id`` is its id)."""
     calls = [_record(record) for record in ledger.records_of(session_id)]
     dispatch = ledger.dispatch(session_id)
     return {
+        "source": ledger.source,
         "session_id": session_id,
         "claim_owner": ledger.claim_owner(session_id),
-        "claim_ttl_ms": max(-1, int(ledger.client.pttl(keys.claim(session_id)))),
+        "claim_ttl_ms": max(-1, int(ledger.client.pttl(keys.claim(ledger.source, session_id)))),
         "dispatch": dispatch.__dict__ if dispatch else None,
         "calls": calls,
     }
 
 
 def _record(record: CallRecord) -> dict[str, Any]:
-    skipped = ("result", "session_id")
+    skipped = ("result", "batch_id")
     data = {k: v for k, v in record.__dict__.items() if v is not None and k not in skipped}
     if record.result is not None:
         data["result"] = record.result.to_json_dict()
@@ -41,7 +42,7 @@ def _record(record: CallRecord) -> dict[str, Any]:
 
 @dataclass
 class FleetStatus:
-    """Counts across the whole ledger."""
+    """Counts across the whole ledger, every source together."""
 
     calls: Counter[str] = field(default_factory=Counter)
     claims: int = 0
@@ -72,7 +73,7 @@ def fleet_status(ledger: Ledger, queue_budget: float, dead_after: float) -> Flee
 
     A claim is stale once its dispatch has been running longer than its tools' timeouts
     allow (the lease minus the queueing budget): its chord is probably dead, and the
-    lease will run out and hand the session to the next poll.
+    lease will run out and hand the batch to the next poll.
     """
     status = FleetStatus()
     workers = liveness.fleet(ledger.client, dead_after)
@@ -80,7 +81,7 @@ def fleet_status(ledger: Ledger, queue_budget: float, dead_after: float) -> Flee
     status.workers_dead = Counter({w: 0 for w in workers.dead})
     status.orphans_redone = int(ledger.client.get(keys.ORPHANS_REDONE) or 0)
     pipe = ledger.client.pipeline(transaction=False)
-    call_keys = _scan(ledger, f"{keys.PREFIX}:call:*")
+    call_keys = _scan(ledger, keys.ALL_CALLS)
     for key in call_keys:
         pipe.hmget(key, ["state", "worker"])
     for state, worker in pipe.execute():
@@ -88,7 +89,7 @@ def fleet_status(ledger: Ledger, queue_budget: float, dead_after: float) -> Flee
         if state == STARTED and worker and liveness.worker_of(worker) in status.workers_dead:
             status.workers_dead[liveness.worker_of(worker)] += 1
     now = time.time()
-    for key in _scan(ledger, f"{keys.PREFIX}:claim:*"):
+    for key in _scan(ledger, keys.ALL_CLAIMS):
         status.claims += 1
         raw = cast(dict[str, str], ledger.client.hgetall(keys.dispatch_of_claim(key)))
         dispatch = Dispatch.from_hash(raw) if raw else None

@@ -1,52 +1,41 @@
-"""The ``submit`` chord callback: all of a session's results in one events batch, once.
+"""The ``submit`` chord callback: all of a batch's results in one delivery, once.
 
-The batch carries an ``Idempotency-Key`` derived from the session and the exact body
-(:mod:`tasks.batch`), so every retry (by the client, by Celery, or by a later poll after a
-crash) sends the same key and the API applies the batch at most once. The ledger records
-the outcome: submitted calls are never dispatched again, even while the API still lists
-them as pending.
+The engine's half of delivery; the protocol's half is the batch's source
+(:mod:`tasks.sources`), which sends the results and says how it went in the engine's own
+vocabulary (:mod:`tasks.delivery`). Every resend of the same batch carries the same key
+(where the protocol takes one), so the remote side applies it at most once. The ledger
+records the outcome: submitted calls are never dispatched again, even while the remote side
+still lists them as pending.
 
-What the API says decides what happens to the batch:
+What the source says decides what happens to the batch:
 
-* accepted: the calls are marked submitted;
-* a refusal naming one event (``param: events[i]...``): that one result is replaced by an
-  error saying so (in the ledger too, so a resubmission sends the same thing) and the batch
-  goes again; good results are never given up for a neighbour;
-* any other refusal of the batch's content (400, 409, a session that is gone): abandoned;
-* a configuration error (a refused key, a wrong URL, DNS, TLS): nothing is abandoned; the
-  submit retries, and the claim's lease brings the session back to the next poll, until an
-  operator fixes the setting (``toolfan check`` says which);
-* a transient failure: retried with the same key.
+* delivered: the calls are marked submitted;
+* refused, naming one result: that one result is replaced by an error saying so (in the
+  ledger too, so a resubmission sends the same thing) and the batch goes again; good
+  results are never given up for a neighbour;
+* refused for good otherwise (the batch's content, a batch that is gone): abandoned;
+* misconfigured (a refused key, a wrong URL, DNS, TLS): nothing is abandoned; the submit
+  retries, and the claim's lease brings the batch back to the next poll, until an operator
+  fixes the setting (``toolfan check`` says which);
+* retry later: retried with the same key.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import re
 import time
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from functools import cache
 from typing import Any
 
-import httpx
 from celery import Task
 
-from dispatcher.client import AgentsClient
-from dispatcher.errors import (
-    APIError,
-    BadRequestError,
-    ConfigurationError,
-    FinalAPIError,
-    NotFoundError,
-    RetryableAPIError,
-)
 from handlers.result import CallResult, Outcome
 from handlers.text import clip, shown
-from tasks import metrics
+from tasks import metrics, sources
 from tasks.app import app
-from tasks.batch import batch_key, build_body
+from tasks.delivery import DeliveryError, Misconfigured, Refused, RetryLater
 from tasks.execute import get_ledger
 from tasks.ledger import CallRef, Ledger, LedgerError
 from tasks.queues import SUBMIT_TASK
@@ -54,10 +43,10 @@ from tasks.settings import get_settings, load_registry
 
 log = logging.getLogger("toolfan.submit")
 
-#: Where a refusal names one event of the batch: ``events[3]`` or ``events[3].output[0]``.
-_EVENT_PARAM = re.compile(r"events\[(\d+)\]")
 #: The last answer for a result the API refused even with an explanation.
 REFUSED_PLAIN = "The function's result was refused by the API."
+#: The source of a submit sent by a version that named none.
+DEFAULT_SOURCE = "agents"
 
 
 class Submitted(StrEnum):
@@ -68,20 +57,6 @@ class Submitted(StrEnum):
     MISMATCH = "mismatch"
     CLAIM_LOST = "claim_lost"
     GAVE_UP = "gave_up"
-
-
-class NoRoute(ConfigurationError):
-    """The sessions endpoint itself answers 404: the base URL points somewhere else."""
-
-
-@cache
-def get_client() -> AgentsClient:
-    """The API client of this process (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``)."""
-    settings = get_settings()
-    timeout = settings.api_timeout
-    return AgentsClient(
-        timeout=httpx.Timeout(timeout, connect=min(5.0, timeout)), max_depth=settings.max_depth
-    )
 
 
 def match_results(
@@ -101,14 +76,14 @@ def submit_results(
     calls: Sequence[Sequence[str]],
     results: Sequence[Mapping[str, Any]],
     ledger: Ledger,
-    client: AgentsClient,
+    source: sources.Source,
     lease_ms: int,
 ) -> Submitted:
-    """Send one session's results in one batch and record the outcome in the ledger.
+    """Deliver one batch's results through its source and record the outcome in the ledger.
 
     Raises:
-        RetryableAPIError: the API did not take the batch yet; retry with the same key.
-        ConfigurationError: toolfan's settings are wrong; retry once they are fixed.
+        RetryLater: the batch was not taken yet; retry with the same key.
+        Misconfigured: toolfan's settings are wrong; retry once they are fixed.
         LedgerError: the ledger is unreachable; retry.
     """
     ids = f"session_id={shown(session_id)}"
@@ -120,12 +95,12 @@ def submit_results(
         log.error("%s results do not match the claimed calls; the next poll redoes it", ids)
         ledger.release(session_id, token)
         return Submitted.MISMATCH
-    batch = _Batch(session_id, token, by_call, ledger, client)
+    batch = _Batch(session_id, token, by_call, ledger, source)
     return batch.deliver()
 
 
 class _Batch:
-    """One session's results on their way: sent, isolated, sent again, then recorded."""
+    """One batch's results on their way: sent, isolated, sent again, then recorded."""
 
     def __init__(
         self,
@@ -133,56 +108,42 @@ class _Batch:
         token: str,
         by_call: dict[tuple[str, str], dict[str, Any]],
         ledger: Ledger,
-        client: AgentsClient,
+        source: sources.Source,
     ) -> None:
         self.session_id = session_id
         self.token = token
         self.by_call = by_call
         self.ledger = ledger
-        self.client = client
+        self.source = source
         self.refs = [CallRef(session_id, turn, call) for turn, call in by_call]
         self.ids = f"session_id={shown(session_id)}"
 
     def deliver(self) -> Submitted:
-        """Send until accepted or refused for good (bounded: each result is replaced twice)."""
-        limit = get_settings().max_batch_bytes
+        """Send until delivered or refused for good (bounded: each result is replaced twice)."""
         for _ in range(2 * len(self.by_call) + 1):
-            order, body = build_body(list(self.by_call.values()), limit)
-            key = batch_key(self.session_id, body)
+            pairs = list(self.by_call)
             try:
-                accepted = self.client.submit_body(self.session_id, body, key)
-            except BadRequestError as exc:
-                _count_attempt(exc)
-                if self._isolate(exc, order):
+                delivered = self.source.deliver(self.session_id, list(self.by_call.values()))
+            except Refused as exc:
+                metrics.SUBMIT_ATTEMPTS.labels(exc.status).inc()
+                if exc.item is not None and self._isolate(exc, pairs[exc.item]):
                     continue
-                return self._abandon(exc, key)
-            except NotFoundError as exc:
-                _count_attempt(exc)
-                self._probe_route(exc)
-                return self._abandon(exc, key)
-            except ConfigurationError as exc:
-                _count_attempt(exc)
+                return self._abandon(exc.message, exc.key)
+            except Misconfigured as exc:
+                metrics.SUBMIT_ATTEMPTS.labels(exc.status).inc()
                 _count_config_error(exc)
                 raise
-            except FinalAPIError as exc:
-                _count_attempt(exc)
-                return self._abandon(exc, key)
-            except RetryableAPIError:
-                _count_attempt("retry")
+            except RetryLater:
+                metrics.SUBMIT_ATTEMPTS.labels("retry").inc()
                 raise
-            _count_attempt(str(accepted.status_code))
-            self.ledger.mark_submitted(self.session_id, self.token, self.refs, key)
-            log.info("%s key=%s submitted %d result(s)", self.ids, key, len(order))
+            metrics.SUBMIT_ATTEMPTS.labels(delivered.status).inc()
+            self.ledger.mark_submitted(self.session_id, self.token, self.refs, delivered.key)
+            log.info("%s key=%s submitted %d result(s)", self.ids, delivered.key, delivered.count)
             return Submitted.ACCEPTED
-        return self._abandon(BadRequestError("every result was refused"), "")
+        return self._abandon("every result was refused", "")
 
-    def _isolate(self, exc: BadRequestError, order: list[tuple[str, str]]) -> bool:
-        """Replace the one result the refusal names; False when it names none or gave up."""
-        found = _EVENT_PARAM.search(exc.param or "") or _EVENT_PARAM.search(exc.message)
-        index = int(found.group(1)) if found else -1
-        if not 0 <= index < len(order):
-            return False
-        pair = order[index]
+    def _isolate(self, exc: Refused, pair: tuple[str, str]) -> bool:
+        """Replace the one result the refusal names; False once even its error was refused."""
         result = self.by_call[pair]
         replacement = _replacement(result, exc.message)
         if replacement is None:
@@ -201,22 +162,9 @@ class _Batch:
         )
         return True
 
-    def _probe_route(self, exc: NotFoundError) -> None:
-        """Tell "this session is gone" from "this URL serves no sessions" (then raise)."""
-        try:
-            self.client.check_access()
-        except (NotFoundError, ConfigurationError) as probe:
-            error = NoRoute(
-                f"{probe.message}: the sessions endpoint is not there, so OPENAI_BASE_URL "
-                "is probably wrong",
-                status_code=probe.status_code,
-            )
-            _count_config_error(error)
-            raise error from exc
-
-    def _abandon(self, exc: FinalAPIError, key: str) -> Submitted:
-        log.error("%s key=%s batch refused for good: %s", self.ids, key, exc.message)
-        self.ledger.mark_abandoned(self.refs, clip(exc.message, 2000))
+    def _abandon(self, reason: str, key: str) -> Submitted:
+        log.error("%s key=%s batch refused for good: %s", self.ids, key, reason)
+        self.ledger.mark_abandoned(self.refs, clip(reason, 2000))
         self.ledger.release(self.session_id, self.token)
         _count_abandoned(list(self.by_call.values()))
         return Submitted.ABANDONED
@@ -236,19 +184,12 @@ def _replacement(result: Mapping[str, Any], reason: str) -> CallResult | None:
 
 
 def _identity(result: Mapping[str, Any]) -> dict[str, Any]:
-    keep = ("session_id", "turn_id", "call_id", "name")
+    keep = ("batch_id", "turn_id", "call_id", "name")
     return {k: result[k] for k in keep if k in result}
 
 
-def _count_attempt(outcome: str | APIError) -> None:
-    """Count one batch sent, by its HTTP status (``retry``, ``final`` without one)."""
-    if isinstance(outcome, APIError):
-        outcome = str(outcome.status_code or "final")
-    metrics.SUBMIT_ATTEMPTS.labels(outcome).inc()
-
-
-def _count_config_error(exc: ConfigurationError) -> None:
-    metrics.CONFIG_ERRORS.labels(type(exc).__name__).inc()
+def _count_config_error(exc: Misconfigured) -> None:
+    metrics.CONFIG_ERRORS.labels(exc.kind).inc()
     log.error("the API cannot be used as configured (check %s): %s", exc.setting, exc.message)
 
 
@@ -283,14 +224,15 @@ def submit(
     lease_ms: int,
     saved: list[dict[str, Any]] | None = None,
     first_seen: float | None = None,
+    source: str = DEFAULT_SOURCE,
 ) -> str:
-    """Chord callback: submit a session's results (header results plus ``saved`` ones)."""
+    """Chord callback: deliver a batch's results (header results plus ``saved`` ones)."""
     try:
         results = [*(saved or []), *results]
         outcome = submit_results(
-            session_id, token, calls, results, get_ledger(), get_client(), lease_ms
+            session_id, token, calls, results, get_ledger(source), sources.get(source), lease_ms
         )
-    except (RetryableAPIError, ConfigurationError, LedgerError) as exc:
+    except (DeliveryError, sources.UnknownSource, LedgerError) as exc:
         limit = get_settings().submit_retries
         sid = shown(session_id)
         if self.request.retries >= limit:
@@ -302,6 +244,8 @@ def submit(
                 exc,
             )
             return Submitted.GAVE_UP.value
+        if isinstance(exc, sources.UnknownSource):
+            log.error("session_id=%s cannot be delivered by this worker: %s", sid, exc)
         delay = min(60.0, 2.0**self.request.retries) * random.uniform(0.5, 1.0)  # noqa: S311
         retry = self.request.retries + 1
         log.warning("session_id=%s submit retry %d in %.1fs: %s", sid, retry, delay, exc)

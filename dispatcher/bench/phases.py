@@ -25,6 +25,7 @@ def run_idle(stack: BenchStack, emu: Emulator, count: int) -> dict[str, Any]:
     for warm-up (connections, first validations); the median is the figure.
     """
     from dispatcher.poll import Poller
+    from dispatcher.sources.agents import SOURCE
     from tasks.execute import get_ledger
     from tasks.settings import get_settings
 
@@ -33,7 +34,7 @@ def run_idle(stack: BenchStack, emu: Emulator, count: int) -> dict[str, Any]:
     cpu, wall, lists, seen = [], [], [], []
     window = Window(stack.redis(), [])
     with AgentsClient(api_key=API_KEY, base_url=f"{stack.origin}/v1") as client:
-        poller = Poller(client, get_ledger(), get_settings())
+        poller = Poller(client, get_ledger(SOURCE.name), get_settings())
         for _ in range(IDLE_PASSES):
             since, started, cpu0 = time.time(), time.perf_counter(), time.process_time()
             summary = poller.poll_once()

@@ -30,7 +30,7 @@ def poller() -> Poller:
     """A poller as ``toolfan poll`` builds one: with a reaper of dead workers' calls."""
     from dispatcher.poll import new_reaper
 
-    return Poller(client(), get_ledger(), get_settings(), reaper=new_reaper())
+    return Poller(client(), get_ledger("agents"), get_settings(), reaper=new_reaper())
 
 
 @dataclass

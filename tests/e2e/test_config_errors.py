@@ -11,11 +11,12 @@ import uuid
 
 import pytest
 
+from dispatcher.sources.agents import SOURCE, AgentsSource, NoRoute
 from emulator import function_call
 from tasks.execute import execute_call, get_ledger
 from tasks.ledger import ABANDONED, DONE, SUBMITTED, CallRef
 from tasks.settings import load_registry
-from tasks.submit import NoRoute, Submitted, submit_results
+from tasks.submit import Submitted, submit_results
 from tests.e2e.harness import poller
 from tests.services import ROOT, wait_for
 
@@ -49,26 +50,28 @@ def test_a_revoked_key_keeps_the_batch_until_the_key_works_again(api, emulator, 
     emulator.app.api.api_key = "a-key-nobody-has"  # revoked while the calls run
     try:
         wait_for(lambda: any(r.status == 401 for r in api.requests("/events")), 30, "a 401")
-        states = {get_ledger().record(r).state for r in refs(sid, calls)}
+        states = {get_ledger("agents").record(r).state for r in refs(sid, calls)}
         assert states == {DONE}, "a refused key must not abandon the batch"
     finally:
         emulator.app.api.api_key = None
     wait_for(lambda: api.batches(sid), 60, "the batch once the key works", 0.2)
     assert [redis_client.get(f"test:runs:{k}") for k in keys] == ["1", "1"]
-    assert {get_ledger().record(r).state for r in refs(sid, calls)} == {SUBMITTED}
+    assert {get_ledger("agents").record(r).state for r in refs(sid, calls)} == {SUBMITTED}
 
 
 def test_a_base_url_without_the_sessions_endpoint_is_a_setting_not_a_refusal(api, emulator):
     from dispatcher.client import AgentsClient
 
     sid, calls, _ = counted(api)
-    ledger = get_ledger()
+    ledger = get_ledger("agents")
     for ref, call in zip(refs(sid, calls), calls, strict=True):
         execute_call(ref, call["name"], call["arguments"], ledger, load_registry())
     ledger.claim(sid, "tok", 60_000)
     wrong = AgentsClient(base_url=f"{emulator.url}/not-the-api")
     with pytest.raises(NoRoute, match="OPENAI_BASE_URL"):
-        submit_results(sid, "tok", *_claimed(sid, calls, ledger), ledger, wrong, 60_000)
+        submit_results(
+            sid, "tok", *_claimed(sid, calls, ledger), ledger, AgentsSource(wrong), 60_000
+        )
     assert {ledger.record(r).state for r in refs(sid, calls)} == {DONE}
     assert ledger.claim_owner(sid) == "tok"
 
@@ -76,12 +79,10 @@ def test_a_base_url_without_the_sessions_endpoint_is_a_setting_not_a_refusal(api
 def test_a_session_the_api_no_longer_has_is_abandoned(api):
     calls = [function_call("add", {"a": 1, "b": 1}, turn_id="t")]
     sid = "sess_gone"
-    ledger = get_ledger()
+    ledger = get_ledger("agents")
     execute_call(refs(sid, calls)[0], "add", calls[0]["arguments"], ledger, load_registry())
     ledger.claim(sid, "tok", 60_000)
-    from tasks.submit import get_client
-
-    outcome = submit_results(sid, "tok", *_claimed(sid, calls, ledger), ledger, get_client(), 1)
+    outcome = submit_results(sid, "tok", *_claimed(sid, calls, ledger), ledger, SOURCE, 1)
     assert outcome is Submitted.ABANDONED
     assert ledger.record(refs(sid, calls)[0]).state == ABANDONED
 
@@ -91,7 +92,7 @@ def _claimed(sid: str, calls: list[dict], ledger) -> tuple[list[list[str]], list
     results = []
     for ref, call in zip(refs(sid, calls), calls, strict=True):
         saved = ledger.record(ref).result.to_json_dict()
-        ids = {"session_id": sid, "turn_id": ref.turn_id, "call_id": ref.call_id}
+        ids = {"batch_id": sid, "turn_id": ref.turn_id, "call_id": ref.call_id}
         results.append({**ids, "name": call["name"], **saved})
     return pairs, results
 
@@ -120,11 +121,12 @@ def test_check_says_ok_and_names_a_refused_key(api):
     ok = toolfan("check")
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.splitlines()[-1] == "toolfan: configuration ok"
-    assert [line.split()[:2] for line in ok.stdout.splitlines()[:4]] == [
+    assert [line.split()[:2] for line in ok.stdout.splitlines()[:5]] == [
         ["settings", "ok"],
         ["redis", "ok"],
         ["broker", "ok"],
         ["api", "ok"],
+        ["sources", "ok"],
     ]
     from emulator import running_emulator
 
@@ -137,7 +139,7 @@ def test_check_says_ok_and_names_a_refused_key(api):
 
 def test_resubmit_sends_saved_results_of_an_abandoned_session_again(api, redis_client):
     sid, calls, keys = counted(api)
-    ledger = get_ledger()
+    ledger = get_ledger("agents")
     for ref, call in zip(refs(sid, calls), calls, strict=True):
         execute_call(ref, call["name"], call["arguments"], ledger, load_registry())
     ledger.mark_abandoned(refs(sid, calls), "refused while the key was wrong")

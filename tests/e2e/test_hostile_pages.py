@@ -84,7 +84,7 @@ def test_an_endless_listing_ends_at_the_page_budget_and_the_next_pass_goes_on(ap
     def ours() -> list[str]:
         return [r.query for r in api.requests("/agents/sessions", "GET") if agent in r.query]
 
-    p = Poller(client(), get_ledger(), settings)
+    p = Poller(client(), get_ledger("agents"), settings)
     first = p.poll_once()
     assert first.passes_cut == 1 and len(ours()) == 5
     second = p.poll_once()

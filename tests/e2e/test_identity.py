@@ -83,7 +83,7 @@ def test_inspect_shows_ids_as_sent(api, redis_client):
     api.create_session(calls, session_id=sid)
     with poll_loop():
         wait_for(lambda: api.batches(sid), 60, "the answer", 0.1)
-        wait_for(lambda: get_ledger().claim_owner(sid) is None, 10, "the claim release")
+        wait_for(lambda: get_ledger("agents").claim_owner(sid) is None, 10, "the claim release")
     out = subprocess.run(
         [sys.executable, "-m", "dispatcher.cli", "inspect", sid],
         cwd=ROOT,

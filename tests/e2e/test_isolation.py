@@ -51,7 +51,7 @@ def test_a_result_the_api_refuses_is_replaced_and_the_rest_delivered(api, redis_
     posts = api.requests(f"/{sid}/events", method="POST")
     assert [p.status for p in posts] == [400, 400, 202]
     assert len({p.idempotency_key for p in posts}) == 3  # each changed body has its own key
-    ledger = get_ledger()
+    ledger = get_ledger("agents")
     record = ledger.record(CallRef(sid, "t", "bad"))
     assert record.state == SUBMITTED
     assert record.refused_reason and "content was refused" in record.refused_reason

@@ -99,7 +99,7 @@ def test_a_call_on_a_killed_worker_runs_again_within_seconds(api, redis_client, 
         time.sleep(max(0.0, sent + 105 - time.monotonic()))
         assert runs(redis_client, key) == 2
         assert len(api.batches(sid)) == 1
-    status = get_ledger().client.get("toolfan:orphans:redone")
+    status = get_ledger("agents").client.get("toolfan:orphans:redone")
     assert on_redis() == bool(status and int(status) >= 1)
 
 
@@ -128,7 +128,7 @@ def test_a_slow_live_call_is_never_redone_even_if_its_message_comes_again(api, r
     assert runs(redis_client, key) == 1, "a live call ran twice"
     assert api.batches(sid)[0].events[0]["output"] == "1"
     assert runner.proc.poll() is None
-    record = get_ledger().record(CallRef(sid, *_only_call(api, sid)))
+    record = get_ledger("agents").record(CallRef(sid, *_only_call(api, sid)))
     assert record is not None and record.state == "submitted"
 
 
@@ -218,7 +218,7 @@ def test_a_submit_lost_with_its_worker_is_sent_again(api, redis_client):
 
     calls = [function_call("add", {"a": 1, "b": 2}, turn_id="t", call_id="c")]
     sid = api.create_session(calls)["id"]
-    ledger = get_ledger()
+    ledger = get_ledger("agents")
     execute_call(CallRef(sid, "t", "c"), "add", calls[0]["arguments"], ledger, load_registry())
     now = time.time()
     ledger.claim_dispatch(sid, Dispatch("the-dead-chord", now - 30, 600_000, None, now - 30))

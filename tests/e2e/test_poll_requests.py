@@ -16,7 +16,7 @@ pytestmark = pytest.mark.usefixtures("worker")
 def test_one_list_request_per_hundred_sessions_and_no_retrieves(api):
     for _ in range(250):
         api.create_session([])
-    summary = Poller(client(), get_ledger(), get_settings()).poll_once()
+    summary = Poller(client(), get_ledger("agents"), get_settings()).poll_once()
     assert summary.sessions_seen == 250
     assert summary.sessions_pending == 0
     assert len(api.requests("/agents/sessions", method="GET")) == 3
@@ -33,7 +33,7 @@ def test_agent_and_metadata_filters_pick_the_sessions(api):
     settings = Settings.from_env(
         {"TOOLFAN_AGENT_ID": "agent_a", "TOOLFAN_SESSION_METADATA": "team=billing"}
     )
-    summary = Poller(client(), get_ledger(), settings).poll_once()
+    summary = Poller(client(), get_ledger("agents"), settings).poll_once()
     assert summary.sessions_seen == 1
     assert summary.sessions_dispatched == 1
     query = api.requests("/agents/sessions", method="GET")[0].query
@@ -48,7 +48,7 @@ def test_dispatching_leaves_no_result_subscriptions_behind(api, redis_client):
             [function_call("add", {"a": i, "b": j}, turn_id="turn_1") for j in range(3)]
         )
     before = len(redis_client.pubsub_channels("celery-task-meta-*"))
-    summary = Poller(client(), get_ledger(), get_settings()).poll_once()
+    summary = Poller(client(), get_ledger("agents"), get_settings()).poll_once()
     assert summary.calls_dispatched == 30
     assert len(redis_client.pubsub_channels("celery-task-meta-*")) <= before
 
@@ -61,7 +61,7 @@ def test_a_poller_rereads_only_the_claims_of_its_own_dispatches(api, redis_clien
         api.create_session([function_call("unserved", {}, turn_id="turn_1") for _ in range(3)])
         for _ in range(4)
     ]
-    ledger = get_ledger()
+    ledger = get_ledger("agents")
     poller = Poller(client(), ledger, get_settings(), memo=DispatchMemo())
     assert poller.poll_once().calls_dispatched == 12
 
@@ -90,9 +90,9 @@ def test_dispatched_tasks_leave_no_result_in_the_backend(api, redis_client):
     """The ledger keeps every result and the chord hands them to submit: the poller's
     execute and submit tasks store nothing in Celery's result backend."""
     sid = api.create_session([function_call("add", {"a": i, "b": 1}) for i in range(3)])["id"]
-    summary = Poller(client(), get_ledger(), get_settings()).poll_once()
+    summary = Poller(client(), get_ledger("agents"), get_settings()).poll_once()
     assert summary.calls_dispatched == 3
     wait_for(lambda: api.batches(sid), 30, "the batch")
     assert sorted(e["output"] for e in api.batches(sid)[0].events) == ["1", "2", "3"]
-    wait_for(lambda: get_ledger().claim_owner(sid) is None, 10, "submit to finish")
+    wait_for(lambda: get_ledger("agents").claim_owner(sid) is None, 10, "submit to finish")
     assert redis_client.keys("celery-task-meta-*") == []

@@ -6,12 +6,13 @@ import pytest
 
 from dispatcher.models import Session
 from dispatcher.poll import PollSummary
+from dispatcher.sources.agents import SOURCE
+from dispatcher.sources.agents_batch import batch_key, build_body
 from emulator import function_call
-from tasks.batch import batch_key, build_body
 from tasks.execute import execute_call, get_ledger
 from tasks.ledger import ABANDONED, SUBMITTED, CallRef
 from tasks.settings import load_registry
-from tasks.submit import Submitted, get_client, submit_results
+from tasks.submit import Submitted, submit_results
 from tests.e2e.harness import poller
 from tests.services import wait_for
 
@@ -31,7 +32,7 @@ def refs(sid, actions):
 def payloads(sid, actions, output="x"):
     return [
         {
-            "session_id": sid,
+            "batch_id": sid,
             "turn_id": a["turn_id"],
             "call_id": a["call_id"],
             "name": a["name"],
@@ -58,13 +59,11 @@ def test_batch_key_depends_on_session_and_body_not_on_call_order():
 
 def test_final_refusal_abandons_calls_with_reason_and_poll_leaves_them(api, redis_client):
     sid, actions, _ = counted_session(api)
-    ledger = get_ledger()
+    ledger = get_ledger("agents")
     ledger.claim(sid, "tok", 60_000)
     stranger = [*actions[:1], {**actions[1], "call_id": "call_never_requested"}]
     calls = [[a["turn_id"], a["call_id"]] for a in stranger]
-    outcome = submit_results(
-        sid, "tok", calls, payloads(sid, stranger), ledger, get_client(), 60_000
-    )
+    outcome = submit_results(sid, "tok", calls, payloads(sid, stranger), ledger, SOURCE, 60_000)
     assert outcome is Submitted.ABANDONED
     record = ledger.record(refs(sid, stranger)[0])
     assert record.state == ABANDONED
@@ -78,38 +77,36 @@ def test_final_refusal_abandons_calls_with_reason_and_poll_leaves_them(api, redi
 
 def test_results_not_matching_the_claim_are_not_sent(api):
     sid, actions, _ = counted_session(api)
-    ledger = get_ledger()
+    ledger = get_ledger("agents")
     ledger.claim(sid, "tok", 60_000)
     calls = [[a["turn_id"], a["call_id"]] for a in actions]
-    outcome = submit_results(
-        sid, "tok", calls, payloads(sid, actions[:1]), ledger, get_client(), 60_000
-    )
+    outcome = submit_results(sid, "tok", calls, payloads(sid, actions[:1]), ledger, SOURCE, 60_000)
     assert outcome is Submitted.MISMATCH
     assert ledger.claim_owner(sid) is None
-    assert api.requests("/events") == []
+    assert api.requests(f"/sessions/{sid}/events") == []
 
 
 def test_a_claim_taken_over_is_not_submitted_by_the_old_owner(api):
     sid, actions, _ = counted_session(api)
-    ledger = get_ledger()
+    ledger = get_ledger("agents")
     ledger.claim(sid, "new-owner", 60_000)
     calls = [[a["turn_id"], a["call_id"]] for a in actions]
     outcome = submit_results(
-        sid, "old-owner", calls, payloads(sid, actions), ledger, get_client(), 60_000
+        sid, "old-owner", calls, payloads(sid, actions), ledger, SOURCE, 60_000
     )
     assert outcome is Submitted.CLAIM_LOST
     assert ledger.claim_owner(sid) == "new-owner"
-    assert api.requests("/events") == []
+    assert api.requests(f"/sessions/{sid}/events") == []
 
 
 def test_accepted_batch_marks_calls_submitted(api):
     sid, actions, _ = counted_session(api)
-    ledger = get_ledger()
+    ledger = get_ledger("agents")
     ledger.claim(sid, "tok", 60_000)
     calls = [[a["turn_id"], a["call_id"]] for a in actions]
-    assert submit_results(
-        sid, "tok", calls, payloads(sid, actions), ledger, get_client(), 60_000
-    ) is (Submitted.ACCEPTED)
+    assert submit_results(sid, "tok", calls, payloads(sid, actions), ledger, SOURCE, 60_000) is (
+        Submitted.ACCEPTED
+    )
     record = ledger.record(refs(sid, actions)[0])
     assert record.state == SUBMITTED
     assert record.submission_key == batch_key(sid, build_body(payloads(sid, actions), 1 << 24)[1])
@@ -119,7 +116,7 @@ def test_accepted_batch_marks_calls_submitted(api):
 def test_saved_results_are_submitted_without_running_anything(api, redis_client):
     sid, actions, keys = counted_session(api)
     for ref_, action in zip(refs(sid, actions), actions, strict=True):
-        execute_call(ref_, "count", action["arguments"], get_ledger(), load_registry())
+        execute_call(ref_, "count", action["arguments"], get_ledger("agents"), load_registry())
     summary = poller().poll_once()
     assert (summary.calls_dispatched, summary.calls_resubmitted) == (0, 2)
     wait_for(lambda: api.batches(sid), 30, "the batch")
@@ -129,7 +126,7 @@ def test_saved_results_are_submitted_without_running_anything(api, redis_client)
 
 def test_stale_claim_expires_and_only_unsaved_calls_run_again(api, redis_client):
     sid, actions, keys = counted_session(api)
-    ledger = get_ledger()
+    ledger = get_ledger("agents")
     ledger.claim(sid, "crashed-dispatch", 300)  # its chord never completed
     first = refs(sid, actions)[0]
     execute_call(first, "count", actions[0]["arguments"], ledger, load_registry())

@@ -35,7 +35,7 @@ def test_inspect_shows_calls_states_results_and_submission(api, redis_client):
     sid = api.create_session(calls)["id"]
     with poll_loop():
         wait_for(lambda: api.batches(sid), 60, "the batch")
-        wait_for(lambda: get_ledger().claim_owner(sid) is None, 10, "the claim release")
+        wait_for(lambda: get_ledger("agents").claim_owner(sid) is None, 10, "the claim release")
     check_exactly_once(api, Seeded(calls={sid: calls}, counters=[key]), redis_client)
     out = toolfan("inspect", sid)
     assert out.returncode == 0, out.stderr
@@ -57,7 +57,7 @@ def test_status_counts_calls_and_claims(api, redis_client):
     from handlers.result import CallResult
     from tasks.ledger import CallRef, Dispatch
 
-    ledger = get_ledger()
+    ledger = get_ledger("agents")
     for i in range(3):
         ledger.begin(CallRef("s_run", "t", f"c{i}"), "add")
     ledger.finish(CallRef("s_run", "t", "c0"), CallResult.ok("1"))

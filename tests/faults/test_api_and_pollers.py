@@ -75,10 +75,10 @@ def test_poller_sigkilled_mid_dispatch_is_recovered(api, redis_client):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    wait_for(lambda: redis_client.keys("toolfan:claim:*"), 30, "the first claims")
+    wait_for(lambda: redis_client.keys("toolfan:v2:agents:claim:*"), 30, "the first claims")
     doomed.send_signal(signal.SIGKILL)
     doomed.wait(10)
-    claimed = len(redis_client.keys("toolfan:dispatch:*"))
+    claimed = len(redis_client.keys("toolfan:v2:agents:dispatch:*"))
     assert 0 < claimed < len(seeded.calls), "the poller was not killed mid-dispatch"
     with poll_loop():
         wait_for(lambda: answered(api, seeded), 120, "answers after the leases ran out")
@@ -129,12 +129,14 @@ def test_calls_stuck_in_a_queue_are_answered_with_timeouts_before_expiry(
     stuck = function_call("unserved", {}, turn_id="turn_1")  # no worker consumes its queue
     fine = function_call("count", {"key": key}, turn_id="turn_1")
     sid = api.create_session([stuck, fine])["id"]
-    p = Poller(client(), get_ledger(), settings)
+    p = Poller(client(), get_ledger("agents"), settings)
     started = time.time()
     first = p.poll_once()
     assert first.calls_dispatched == 2
     done = CallRef(sid, fine["turn_id"], fine["call_id"])
-    wait_for(lambda: getattr(get_ledger().record(done), "result", None), 5, "the served call")
+    wait_for(
+        lambda: getattr(get_ledger("agents").record(done), "result", None), 5, "the served call"
+    )
     summary = wait_for(lambda: (s := p.poll_once()).calls_expired and s, 10, "the expiry")
     assert summary.calls_expired == 1
     wait_for(lambda: api.batches(sid), 30, "the batch")

@@ -118,7 +118,7 @@ def test_worker_killed_in_submit_after_the_post_is_answered_once(api, redis_clie
         api.set_faults()
         ref = CallRef(sid, action["turn_id"], action["call_id"])
         wait_for(
-            lambda: getattr(get_ledger().record(ref), "state", None) == SUBMITTED,
+            lambda: getattr(get_ledger("agents").record(ref), "state", None) == SUBMITTED,
             60,
             "the ledger to record the submission",
         )

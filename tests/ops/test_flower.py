@@ -26,9 +26,9 @@ AUTH = ("operator", "s3cret-pass")
 
 def execute(session_id: str, call_id: str, name: str, arguments: dict[str, Any]) -> str:
     """Run one execute task through the worker; its task id."""
-    from tasks.execute import call_signature  # after conftest has set the environment
+    from tests.calls import agents_call
 
-    result = call_signature(session_id, "turn_1", call_id, name, arguments).apply_async()
+    result = agents_call(session_id, "turn_1", call_id, name, arguments).apply_async()
     assert result.get(timeout=30)["success"] is True
     return str(result.id)
 
@@ -91,7 +91,7 @@ def test_flower_lists_each_execute_with_function_session_and_call(flower: httpx.
         call_id = ids[task_id]
         function = calls[call_id][0]
         assert task["name"] == "toolfan.execute"
-        # Flower shows the call's ids and function, positional; argument values stay out.
+        # Flower shows the call's ids and function; argument values stay out.
         shown = f"{task['args']} {task['kwargs']}"
         for value in (session_id, "turn_1", call_id, function):
             assert repr(value) in shown, (value, shown)
@@ -135,7 +135,7 @@ def test_flower_shows_outcomes_and_sizes_never_outputs_or_tokens(flower: httpx.C
     ]
     with poll_loop():
         wait_for(lambda: api.batches(sid), 30, "the batch")
-    token = get_ledger().dispatch(sid).token
+    token = get_ledger("agents").dispatch(sid).token
 
     def both_listed() -> list[dict[str, Any]] | None:
         tasks = [t for t in flower_tasks(flower).values() if sid in f"{t['args']}{t['kwargs']}"]

@@ -33,9 +33,17 @@ def test_routes_follow_the_registry():
         """Quick."""
 
     route = Router(reg)
-    assert route("toolfan.execute", ("s", "t", "c", "crunch", {}), {}, {}) == {"queue": "slow"}
-    assert route("toolfan.execute", (), {"name": "quick"}, {}) == {"queue": "fn.quick"}
-    assert route("toolfan.execute", (), {"name": "ghost"}, {}) == {"queue": "toolfan.submit"}
+
+    def call(name: str) -> dict:
+        return {"call": {"source": "agents", "batch_id": "s", "call_id": "c", "name": name}}
+
+    assert route("toolfan.execute", (), call("crunch"), {}) == {"queue": "slow"}
+    assert route("toolfan.execute", (), call("quick"), {}) == {"queue": "fn.quick"}
+    assert route("toolfan.execute", (), call("ghost"), {}) == {"queue": "toolfan.submit"}
+    # Routing reads the envelope by name; positions mean nothing to it.
+    assert route("toolfan.execute", ("s", "t", "c", "crunch", {}), {}, {}) == {
+        "queue": "toolfan.submit"
+    }
     assert route("toolfan.submit", (), {}, {}) == {"queue": "toolfan.submit"}
     assert route("toolfan.poll", (), {}, {}) == {"queue": "toolfan.poll"}
     names = [q.name for q in celery_config(Settings(), reg)["task_queues"]]

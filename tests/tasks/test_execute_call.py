@@ -16,7 +16,7 @@ from tests.services import AofRedis
 
 @pytest.fixture
 def ledger(redis_client) -> Ledger:
-    return Ledger(redis_client, ttl=3600)
+    return Ledger(redis_client, ttl=3600, source="agents")
 
 
 @pytest.fixture
@@ -102,7 +102,7 @@ def test_reconcile_hook_answers_or_lets_it_run(reg, ledger, runs):
     assert execute_call(crashed_before, "send", {"amount": 7}, ledger, reg).output == "sent"
     assert runs == ["send 7"]
 
-    crashed_after = CallRef(crashed_before.session_id, "turn_1", "call_2")
+    crashed_after = CallRef(crashed_before.batch_id, "turn_1", "call_2")
     ledger.begin(crashed_after, "send")
     result = execute_call(crashed_after, "send", {"amount": 7}, ledger, reg)
     assert result.output == '{"found":7}'
@@ -120,7 +120,7 @@ def test_result_survives_a_redis_restart_during_the_call(tmp_path):
     """Redis goes down while the function runs: the result is saved once it is back, and the
     function is not run again (a lost result would make the redelivered task run it twice)."""
     server = AofRedis(tmp_path / "redis")
-    ledger = Ledger.from_url(f"{server.url}/0", ttl=3600)
+    ledger = Ledger.from_url(f"{server.url}/0", ttl=3600, source="agents")
     runs: list[str] = []
     reg = Registry()
 
@@ -151,7 +151,7 @@ def test_result_save_gives_up_at_the_hard_limit(tmp_path, monkeypatch):
     monkeypatch.setenv("TOOLFAN_TIME_LIMIT_GRACE", "1")
     get_settings.cache_clear()
     server = AofRedis(tmp_path / "redis")
-    ledger = Ledger.from_url(f"{server.url}/0", ttl=3600)
+    ledger = Ledger.from_url(f"{server.url}/0", ttl=3600, source="agents")
     reg = Registry()
 
     @reg.tool(timeout=0.5)

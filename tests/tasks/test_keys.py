@@ -1,4 +1,4 @@
-"""Key spelling: distinct ids always give distinct keys, and plain ids keep their old keys."""
+"""Key spelling: distinct (source, ids) always give distinct keys; legacy keys map 1:1."""
 
 from urllib.parse import unquote_to_bytes
 
@@ -13,26 +13,42 @@ SEPARATORS = st.text(st.sampled_from(list(":{}%~\n\t /\\*?[]x")), max_size=12)
 IDS = st.one_of(ANY_TEXT, SEPARATORS, st.text(max_size=3), st.just("x" * 10_000))
 
 
+A = "agents"
+
+
 def test_colliding_shapes_of_earlier_versions_are_distinct():
-    assert keys.call("s", "t:x", "c") != keys.call("s", "t", "x:c")
-    assert keys.call("a}:x", "t", "c") != keys.call("a", "x}:t", "c")
-    assert keys.claim("a}:x") != keys.claim("a")
-    assert keys.call("s", "", "c") != keys.call("s", "c", "")
+    assert keys.call(A, "s", "t:x", "c") != keys.call(A, "s", "t", "x:c")
+    assert keys.call(A, "a}:x", "t", "c") != keys.call(A, "a", "x}:t", "c")
+    assert keys.claim(A, "a}:x") != keys.claim(A, "a")
+    assert keys.call(A, "s", "", "c") != keys.call(A, "s", "c", "")
 
 
-def test_plain_ids_are_spelled_as_themselves_so_old_records_stay_readable():
-    assert keys.call("sess_1", "turn-2", "call.3") == "toolfan:call:{sess_1}:turn-2:call.3"
-    assert keys.claim("sess_1") == "toolfan:claim:{sess_1}"
-    assert keys.dispatch("sess_1") == "toolfan:dispatch:{sess_1}"
+def test_keys_carry_the_source_and_the_layout_version():
+    assert (
+        keys.call(A, "sess_1", "turn-2", "call.3")
+        == "toolfan:v2:agents:call:{sess_1}:turn-2:call.3"
+    )
+    assert keys.claim(A, "sess_1") == "toolfan:v2:agents:claim:{sess_1}"
+    assert keys.dispatch(A, "sess_1") == "toolfan:v2:agents:dispatch:{sess_1}"
+    assert keys.claim("assistants", "sess_1") != keys.claim(A, "sess_1")
+    assert keys.source_of(keys.claim("odd:source", "x")) == "odd:source"
+
+
+def test_a_legacy_key_moves_to_the_same_batch_in_the_same_slot():
+    legacy = "toolfan:call:{sess_1}:turn-2:call.3"
+    assert keys.upgraded(legacy, A) == keys.call(A, "sess_1", "turn-2", "call.3")
+    assert keys.upgraded("toolfan:claim:{a%3Ab}", A) == keys.claim(A, "a:b")
+    assert keys.upgraded("toolfan:dispatch:{sess_1}", A) == keys.dispatch(A, "sess_1")
 
 
 @settings(max_examples=400, deadline=None)
-@given(IDS, IDS, IDS, IDS, IDS, IDS)
-def test_distinct_ids_give_distinct_keys(s1, t1, c1, s2, t2, c2):
+@given(IDS, IDS, IDS, IDS, IDS, IDS, st.sampled_from([A, "assistants", "a:b"]))
+def test_distinct_ids_give_distinct_keys(s1, t1, c1, s2, t2, c2, other):
     same_ids = (s1, t1, c1) == (s2, t2, c2)
-    assert (keys.call(s1, t1, c1) == keys.call(s2, t2, c2)) == same_ids
-    assert (keys.claim(s1) == keys.claim(s2)) == (s1 == s2)
-    assert (keys.dispatch(s1) == keys.dispatch(s2)) == (s1 == s2)
+    assert (keys.call(A, s1, t1, c1) == keys.call(A, s2, t2, c2)) == same_ids
+    assert (keys.call(A, s1, t1, c1) == keys.call(other, s1, t1, c1)) == (other == A)
+    assert (keys.claim(A, s1) == keys.claim(A, s2)) == (s1 == s2)
+    assert (keys.dispatch(A, s1) == keys.dispatch(A, s2)) == (s1 == s2)
 
 
 @settings(max_examples=400, deadline=None)
@@ -44,16 +60,18 @@ def test_spelling_is_safe_bounded_and_decodes_back(value):
     assert len(spelled) <= keys.LONG + 65
     if "~" not in spelled:
         assert unquote_to_bytes(spelled) == value.encode("utf-8", "surrogatepass")
-    tag = keys.claim(value)[len("toolfan:claim:") :]
+    tag = keys.claim(A, value)[len("toolfan:v2:agents:claim:") :]
     assert tag.startswith("{") and tag.endswith("}") and tag.count("}") == 1
 
 
 @settings(max_examples=200, deadline=None)
 @given(IDS, IDS, IDS)
-def test_a_session_pattern_matches_its_calls_and_names_its_session(s, t, c):
-    key = keys.call(s, t, c)
-    assert key.startswith(keys.calls_of(s)[:-1])
-    assert keys.dispatch_of_claim(keys.claim(s)) == keys.dispatch(s)
+def test_a_batch_pattern_matches_its_calls_and_names_its_batch(s, t, c):
+    key = keys.call(A, s, t, c)
+    assert key.startswith(keys.calls_of(A, s)[:-1])
+    assert key.startswith(keys.all_calls(A)[:-1])
+    assert keys.dispatch_of_claim(keys.claim(A, s)) == keys.dispatch(A, s)
+    assert keys.source_of(key) == A
     short = "~" not in keys.encode_id(s)
     if short and s.encode("utf-8", "surrogatepass") == s.encode("utf-8", "replace"):
-        assert keys.session_of(key) == s
+        assert keys.batch_of(key) == s

@@ -14,7 +14,7 @@ from tasks.ledger import CallRef, Ledger, LedgerError
 
 @pytest.fixture
 def ledger(redis_client) -> Ledger:
-    return Ledger(redis_client, ttl=3600)
+    return Ledger(redis_client, ttl=3600, source="agents")
 
 
 def ref() -> CallRef:
@@ -33,7 +33,7 @@ def test_begin_counts_attempts_until_a_result_is_saved(ledger, redis_client):
     record = ledger.record(r)
     assert record.state == "done" and record.name == "add" and record.attempts == 2
     assert record.first_started_at <= record.started_at <= record.finished_at
-    assert 0 < redis_client.ttl(r.key) <= 3600
+    assert 0 < redis_client.ttl(ledger.key(r)) <= 3600
 
 
 def test_first_saved_result_wins(ledger):
@@ -44,9 +44,9 @@ def test_first_saved_result_wins(ledger):
     assert ledger.record(r).result == CallResult.ok("first")
 
 
-def test_keys_share_the_session_hash_tag():
-    assert keys.call("s1", "t", "c") == "toolfan:call:{s1}:t:c"
-    assert keys.claim("s1") == "toolfan:claim:{s1}"
+def test_keys_share_the_batch_hash_tag():
+    assert keys.call("agents", "s1", "t", "c") == "toolfan:v2:agents:call:{s1}:t:c"
+    assert keys.claim("agents", "s1") == "toolfan:v2:agents:claim:{s1}"
 
 
 def test_unknown_record_is_none(ledger):
@@ -54,14 +54,14 @@ def test_unknown_record_is_none(ledger):
 
 
 def test_claims_are_leases_with_owner_tokens(ledger, redis_client):
-    session = ref().session_id
+    session = ref().batch_id
     assert ledger.claim(session, "owner-a", 5000)
     assert not ledger.claim(session, "owner-b", 5000)
     assert ledger.claim_owner(session) == "owner-a"
     assert not ledger.release(session, "owner-b")
     assert ledger.claim_owner(session) == "owner-a"
     assert ledger.reclaim(session, "owner-a", 60_000)
-    assert redis_client.pttl(keys.claim(session)) > 5000
+    assert redis_client.pttl(keys.claim("agents", session)) > 5000
     assert not ledger.reclaim(session, "owner-b", 60_000)
     assert ledger.release(session, "owner-a")
     assert ledger.claim_owner(session) is None
@@ -69,7 +69,7 @@ def test_claims_are_leases_with_owner_tokens(ledger, redis_client):
 
 
 def test_claim_expires(ledger):
-    session = ref().session_id
+    session = ref().batch_id
     assert ledger.claim(session, "a", 50)
     time.sleep(0.15)
     assert ledger.claim(session, "b", 5000)
@@ -78,7 +78,9 @@ def test_claim_expires(ledger):
 
 def test_unreachable_redis_is_a_ledger_error():
     dead = Ledger(
-        redis.Redis(port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0)), ttl=60
+        redis.Redis(port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0)),
+        ttl=60,
+        source="agents",
     )
     with pytest.raises(LedgerError, match="ledger unavailable"):
         dead.begin(ref(), "add")
@@ -88,35 +90,35 @@ def test_unreachable_redis_is_a_ledger_error():
 def test_claim_dispatch_takes_a_free_claim_and_records_the_dispatch(ledger, redis_client):
     from tasks.ledger import Dispatch
 
-    session = ref().session_id
+    session = ref().batch_id
     first = Dispatch("tok-a", 100.0, 5000, expires_at=200.0, first_seen=90.0)
     assert ledger.claim_dispatch(session, first)
     assert ledger.claim_owner(session) == "tok-a"
     assert ledger.dispatch(session) == first
-    assert 0 < redis_client.pttl(keys.claim(session)) <= 5000
-    assert 0 < redis_client.ttl(keys.dispatch(session)) <= 3600
+    assert 0 < redis_client.pttl(keys.claim("agents", session)) <= 5000
+    assert 0 < redis_client.ttl(keys.dispatch("agents", session)) <= 3600
     assert not ledger.claim_dispatch(session, Dispatch("tok-b", 101.0, 5000))
     assert ledger.dispatch(session) == first
 
 
 def test_mark_submitted_records_every_call_and_frees_only_its_own_claim(ledger, redis_client):
     r1 = ref()
-    r2 = CallRef(r1.session_id, "turn_2", "call_x")
+    r2 = CallRef(r1.batch_id, "turn_2", "call_x")
     for r in (r1, r2):
         ledger.begin(r, "add")
         ledger.finish(r, CallResult.ok("1"))
-    ledger.claim(r1.session_id, "other", 5000)
-    ledger.mark_submitted(r1.session_id, "mine", [r1, r2], "key-1")
-    assert ledger.claim_owner(r1.session_id) == "other"
+    ledger.claim(r1.batch_id, "other", 5000)
+    ledger.mark_submitted(r1.batch_id, "mine", [r1, r2], "key-1")
+    assert ledger.claim_owner(r1.batch_id) == "other"
     assert [ledger.record(r).state for r in (r1, r2)] == ["submitted", "submitted"]
     assert ledger.record(r2).submission_key == "key-1"
-    ledger.release(r1.session_id, "other")
-    ledger.claim(r1.session_id, "mine", 5000)
-    ledger.mark_submitted(r1.session_id, "mine", [r1], "key-1")
-    assert ledger.claim_owner(r1.session_id) is None
+    ledger.release(r1.batch_id, "other")
+    ledger.claim(r1.batch_id, "mine", 5000)
+    ledger.mark_submitted(r1.batch_id, "mine", [r1], "key-1")
+    assert ledger.claim_owner(r1.batch_id) is None
 
 
 def test_finish_without_begin_still_gets_a_ttl(ledger, redis_client):
     r = ref()
     ledger.finish(r, CallResult.fail(Outcome.TIMEOUT, "late"))
-    assert 0 < redis_client.ttl(r.key) <= 3600
+    assert 0 < redis_client.ttl(ledger.key(r)) <= 3600

@@ -10,7 +10,7 @@ import redis
 from celery import chord
 
 from tasks import app
-from tasks.execute import call_signature
+from tests.calls import agents_call
 from tests.services import wait_for
 from tests.tools import collect
 
@@ -33,30 +33,41 @@ def test_worker_consumes_every_function_queue_and_the_control_queues():
 
 
 def test_execute_routes_runs_and_returns(redis_client):
-    result = call_signature(
-        new_session(), "turn_1", "call_1", "add", {"a": 2, "b": 3}
-    ).apply_async()
+    result = agents_call(new_session(), "turn_1", "call_1", "add", {"a": 2, "b": 3}).apply_async()
     payload = result.get(timeout=30)
     assert payload["success"] is True and payload["output"] == "5"
     assert payload["call_id"] == "call_1" and payload["name"] == "add"
 
 
+def test_a_positional_message_of_the_previous_version_still_runs(redis_client):
+    """A message queued before an upgrade names its ids by position: an Agents call."""
+    from tasks.execute import execute, get_ledger
+    from tasks.ledger import CallRef
+
+    session = new_session()
+    legacy = execute.si(session, "turn_1", "call_1", "add", {"a": 2, "b": 3})
+    payload = legacy.set(queue="fn.add").apply_async().get(timeout=30)
+    assert payload["output"] == "5" and payload["batch_id"] == session
+    record = get_ledger("agents").record(CallRef(session, "turn_1", "call_1"))
+    assert record is not None and record.state == "done"
+
+
 def test_redelivered_execute_returns_saved_result_and_runs_once(redis_client):
     session, key = new_session(), uuid.uuid4().hex
-    first = call_signature(session, "turn_1", "call_1", "count", {"key": key}).apply_async()
+    first = agents_call(session, "turn_1", "call_1", "count", {"key": key}).apply_async()
     assert first.get(timeout=30)["output"] == "1"
     # The same call delivered again (a redelivery after a lost ack looks exactly like this).
-    again = call_signature(session, "turn_1", "call_1", "count", {"key": key}).apply_async()
+    again = agents_call(session, "turn_1", "call_1", "count", {"key": key}).apply_async()
     assert again.get(timeout=30) == first.get()
     assert redis_client.get(f"test:runs:{key}") == "1"
     # A different call of the same function does run.
-    other = call_signature(session, "turn_1", "call_2", "count", {"key": key}).apply_async()
+    other = agents_call(session, "turn_1", "call_2", "count", {"key": key}).apply_async()
     assert other.get(timeout=30)["output"] == "2"
 
 
 def _kill_mid_call(redis_client, name: str) -> tuple[dict, str]:
     session, key = new_session(), uuid.uuid4().hex
-    result = call_signature(
+    result = agents_call(
         session, "turn_1", "call_1", name, {"key": key, "seconds": 20}
     ).apply_async()
     pid = wait_for(lambda: redis_client.get(f"test:pid:{key}"), 30, "the tool to start")
@@ -88,7 +99,7 @@ def test_chord_reaches_callback_when_a_handler_raises(redis_client):
         ("call_d", "no_such_function", {}),
         ("call_e", "add", "{not json"),
     ]
-    header = [call_signature(session, "turn_1", cid, name, args) for cid, name, args in calls]
+    header = [agents_call(session, "turn_1", cid, name, args) for cid, name, args in calls]
     results = chord(header)(collect.s().set(queue="toolfan.submit")).get(timeout=60)
     assert [r["call_id"] for r in results] == [c[0] for c in calls]
     assert [r["success"] for r in results] == [True, False, True, False, False]
@@ -124,7 +135,7 @@ def test_toolfan_worker_runs_on_a_gevent_pool(tmp_path, redis_client):
     try:
         gevent_worker.wait_ready()
         results = [
-            call_signature(
+            agents_call(
                 new_session(), "turn_1", f"call_{i}", "unserved", {"seconds": 0.3}
             ).apply_async()
             for i in range(60)

@@ -1,4 +1,8 @@
-"""The ``toolfan.poll`` task, for Celery beat: one ``poll_once`` pass per beat."""
+"""The ``toolfan.poll`` task, for Celery beat: one ``poll_once`` pass per beat.
+
+It lives with the triggers, not in the engine: a worker knows it because the sources'
+modules import it (see :mod:`tasks.sources`), so ``tasks`` names no trigger.
+"""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tasks.batch import batch_key, build_body
+from dispatcher.sources.agents_batch import batch_key, build_body
 
 ANY_TEXT = st.text(st.characters(codec=None, min_codepoint=0, max_codepoint=0x10FFFF))
 

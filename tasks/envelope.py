@@ -1,0 +1,123 @@
+"""The envelope of one call: what an ``execute`` message carries, by name.
+
+Every field is named in the message (``execute(call={...})``), so routing, logging and the
+engine read what they need by name, whatever the source; a source that has more context
+(the agent, the batch's metadata, a deadline) passes it here, for the tool to get later.
+Only JSON types travel: the message is JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tasks.ledger import CallRef
+
+#: The source of a message written before envelopes: positional Agents session calls.
+LEGACY_SOURCE = "agents"
+
+
+class BadEnvelope(ValueError):
+    """A message whose envelope is not one toolfan wrote."""
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """One call, as the engine runs it.
+
+    Attributes:
+        source: The source of its batch (a :mod:`tasks.sources` name).
+        batch_id: The batch it is answered in (an Agents session id, a run's phase, ...).
+        turn_id: Where the source has turns, the call's turn; else empty.
+        call_id: The call's id within its batch (and turn).
+        name: The function's name, as the model sent it.
+        arguments: The arguments, as the model sent them (a JSON string or a value).
+        problem: Why the poller refused the arguments unread (too deep, too large), if so.
+        agent_id: The agent the batch belongs to, where the source knows it.
+        metadata: The batch's metadata, where the source has it.
+        deadline: Epoch seconds by which the batch must be answered, where it has one.
+    """
+
+    source: str
+    batch_id: str
+    call_id: str
+    name: str
+    arguments: Any
+    turn_id: str = ""
+    problem: str | None = None
+    agent_id: str | None = None
+    metadata: Mapping[str, str] | None = None
+    deadline: float | None = None
+
+    @property
+    def ref(self) -> CallRef:
+        """The call's identity in its source's ledger."""
+        return CallRef(self.batch_id, self.turn_id, self.call_id)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message form: every field that is set, by name."""
+        wire: dict[str, Any] = {
+            "source": self.source,
+            "batch_id": self.batch_id,
+            "turn_id": self.turn_id,
+            "call_id": self.call_id,
+            "name": self.name,
+            "arguments": self.arguments,
+        }
+        for field in ("problem", "agent_id", "metadata", "deadline"):
+            value = getattr(self, field)
+            if value is not None:
+                wire[field] = dict(value) if field == "metadata" else value
+        return wire
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> Envelope:
+        """Read a message's envelope.
+
+        Raises:
+            BadEnvelope: a field is missing or of the wrong type.
+        """
+        try:
+            envelope = cls(
+                source=wire["source"],
+                batch_id=wire["batch_id"],
+                turn_id=wire.get("turn_id", ""),
+                call_id=wire["call_id"],
+                name=wire["name"],
+                arguments=wire.get("arguments"),
+                problem=wire.get("problem"),
+                agent_id=wire.get("agent_id"),
+                metadata=wire.get("metadata"),
+                deadline=wire.get("deadline"),
+            )
+        except (KeyError, TypeError) as exc:
+            raise BadEnvelope(f"not a call envelope: missing {exc}") from exc
+        ids = (envelope.source, envelope.batch_id, envelope.turn_id, envelope.call_id)
+        if not all(isinstance(i, str) for i in ids) or not isinstance(envelope.name, str):
+            raise BadEnvelope("not a call envelope: ids and name must be strings")
+        return envelope
+
+    @classmethod
+    def from_legacy(cls, args: tuple[Any, ...]) -> Envelope:
+        """The envelope of a positional message of the version before envelopes.
+
+        Raises:
+            BadEnvelope: the arguments are not ``(session, turn, call, name, arguments[,
+                problem])``.
+        """
+        if not 5 <= len(args) <= 6:
+            raise BadEnvelope(f"not a call: {len(args)} positional arguments")
+        session, turn, call, name, arguments = args[:5]
+        problem = args[5] if len(args) == 6 else None
+        return cls.from_wire(
+            {
+                "source": LEGACY_SOURCE,
+                "batch_id": session,
+                "turn_id": turn,
+                "call_id": call,
+                "name": name,
+                "arguments": arguments,
+                "problem": problem,
+            }
+        )

@@ -2,10 +2,10 @@
 
 import pytest
 
-from dispatcher.memo import DispatchMemo
 from dispatcher.poll import Poller
 from emulator import function_call
 from tasks.execute import get_ledger
+from tasks.memo import DispatchMemo
 from tasks.settings import Settings, get_settings
 from tests.e2e.harness import client
 from tests.services import wait_for

@@ -2,7 +2,7 @@
 
 import time
 
-from dispatcher.memo import DispatchMemo
+from tasks.memo import DispatchMemo
 
 CALLS = [("turn_1", "call_a"), ("turn_1", "call_b")]
 

@@ -1,0 +1,433 @@
+"""Dispatching batches: claims, leases, chords, and the rules that redo or expire them.
+
+A source's poller (or a pushed event) finds batches of pending calls; this module decides,
+for every source alike, what to do with each: nothing (its calls were submitted, or a live
+dispatch holds it), a new dispatch (one chord: one ``execute`` per unfinished call on its
+function's queue, then one ``submit`` of the batch), or a takeover of a dispatch that will
+not finish (its calls are about to expire, or a dead worker took part of it). Any number
+of pollers may run at once: a batch is dispatched only by whoever wins its claim, and
+calls the ledger knows as submitted are never sent again, however long the source keeps
+listing them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery import chord
+from celery.result import AsyncResult, GroupResult
+
+from handlers.result import CallResult, Outcome
+from handlers.text import shown
+from tasks.app import app
+from tasks.envelope import Envelope
+from tasks.execute import call_signature, result_payload, tool_timeout
+from tasks.ledger import FINAL_STATES, BatchView, CallRef, CallStatus, Dispatch, Ledger
+from tasks.liveness import Reaper
+from tasks.memo import DispatchMemo
+from tasks.queues import ControlQueue, execute_queue
+from tasks.settings import Settings, load_registry
+from tasks.submit import submit, submit_reprs
+
+log = logging.getLogger("toolfan.dispatch")
+
+#: Options of every task a dispatch sends. The ledger keeps each call's result, and the
+#: chord hands the header's results to ``submit`` whether or not the backend stores them,
+#: so storing them again (a SETEX and a PUBLISH per task) would be work nobody reads.
+UNSTORED: dict[str, Any] = {"ignore_result": True}
+
+
+@dataclass(frozen=True)
+class PendingCall:
+    """One pending call of a batch, as a source found it.
+
+    ``problem`` is why its arguments were refused unread (over a size or nesting limit);
+    such a call travels without them and is answered with the reason.
+    """
+
+    turn_id: str
+    call_id: str
+    name: str
+    arguments: Any
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A batch of pending calls, answered in one delivery.
+
+    Attributes:
+        batch_id: Its id in its source.
+        calls: Its pending calls, each once.
+        expires_at: When the source stops accepting its answers (epoch seconds), if the
+            source says; else ``TOOLFAN_ACTION_EXPIRY`` after its first dispatch, if set.
+        agent_id: The agent it belongs to, where the source knows it.
+        metadata: Its metadata, where the source has them.
+    """
+
+    batch_id: str
+    calls: Sequence[PendingCall]
+    expires_at: float | None = None
+    agent_id: str | None = None
+    metadata: Mapping[str, str] | None = None
+
+
+@dataclass
+class DispatchCounts:
+    """What dispatching some batches did."""
+
+    dispatched: int = 0
+    calls_dispatched: int = 0
+    calls_resubmitted: int = 0
+    calls_expired: int = 0
+    stale_claims: int = 0
+    skipped_in_flight: int = 0
+    skipped_submitted: int = 0
+
+
+@dataclass
+class _Liveness:
+    """What the dispatcher knows of dead workers in this pass."""
+
+    last_death: float | None = None
+    queued: dict[str, int | None] = field(default_factory=dict)
+
+
+class Dispatcher:
+    """Claims and dispatches one source's batches.
+
+    Args:
+        source: The source's name: it picks the ledger's keys and the submit's delivery.
+        ledger: The ledger of that source.
+        settings: Budgets and limits.
+        memo: The dispatches this process made, kept across passes.
+        reaper: Finds dead workers' orphans; without one, lost dispatches wait for leases.
+        noun: What the source calls a batch, in log lines and messages (``session``).
+    """
+
+    def __init__(
+        self,
+        source: str,
+        ledger: Ledger,
+        settings: Settings,
+        memo: DispatchMemo | None = None,
+        reaper: Reaper | None = None,
+        noun: str = "batch",
+    ) -> None:
+        self.source = source
+        self.ledger = ledger
+        self.settings = settings
+        self.memo = memo if memo is not None else DispatchMemo()
+        self.reaper = reaper
+        self.noun = noun
+        self._live = _Liveness()
+
+    # -- a pass ---------------------------------------------------------------------------
+
+    def begin_pass(self) -> None:
+        """Read when a worker last died; a new death makes every dispatch worth a look.
+
+        The dispatch memo skips batches this process dispatched itself; one of them may
+        have had a call in the hands of the worker that just died.
+        """
+        self._live.queued.clear()
+        if self.reaper is None:
+            return
+        try:
+            death = self.reaper.last_death()
+        except Exception as exc:  # no verdict this pass; the next one asks again
+            log.warning("could not read the workers' heartbeats: %s", exc)
+            return
+        if death is not None and death != self._live.last_death:
+            self.memo.clear()
+        self._live.last_death = death
+
+    def end_pass(self) -> int:
+        """Put back the messages of dead workers (heartbeat threads do it too); how many."""
+        self.memo.prune()
+        if self.reaper is None:
+            return 0
+        try:
+            return self.reaper.reap()
+        except Exception as exc:  # a broker blip must not fail a pass that did its work
+            log.warning("could not look for orphaned calls: %s: %s", type(exc).__name__, exc)
+            return 0
+
+    def dispatch(self, batches: Sequence[Batch], counts: DispatchCounts) -> None:
+        """Handle some batches with one ledger round trip for all of them."""
+        waiting = self._skip_own_in_flight([b for b in batches if b.calls], counts)
+        views = self.ledger.batch_views(
+            [(b.batch_id, [_ref(b.batch_id, c) for c in b.calls]) for b in waiting]
+        )
+        for batch, view in zip(waiting, views, strict=True):
+            self._batch(batch, view, counts)
+
+    # -- one batch ------------------------------------------------------------------------
+
+    def _ids(self, batch_id: str) -> str:
+        return f"{self.noun}_id={shown(batch_id)}"
+
+    def _skip_own_in_flight(self, waiting: list[Batch], counts: DispatchCounts) -> list[Batch]:
+        """Drop the batches this process dispatched whose claim is still its own.
+
+        One GET per such batch replaces reading its dispatch and every call's state.
+        """
+        known = set(self.memo.candidates(b.batch_id for b in waiting))
+        if not known:
+            return waiting
+        owners = dict(zip(known, self.ledger.claim_owners(list(known)), strict=True))
+        rest = []
+        for batch in waiting:
+            ids = [(c.turn_id, c.call_id) for c in batch.calls]
+            bid = batch.batch_id
+            if bid in known and self.memo.in_flight(bid, owners[bid], ids):
+                counts.skipped_in_flight += len(batch.calls)
+            else:
+                rest.append(batch)
+        return rest
+
+    def _batch(self, batch: Batch, view: BatchView, counts: DispatchCounts) -> None:
+        pending = [
+            (c, s)
+            for c, s in zip(batch.calls, view.calls, strict=True)
+            if s.state not in FINAL_STATES
+        ]
+        counts.skipped_submitted += len(batch.calls) - len(pending)
+        if not pending:
+            return
+        if view.claim_owner is not None:
+            self._in_flight(batch, view, pending, counts)
+            return
+        lease = self._lease_ms(pending)
+        dispatch = self._new_dispatch(uuid.uuid4().hex, lease, view.dispatch, batch)
+        if not self.ledger.claim_dispatch(batch.batch_id, dispatch):
+            counts.skipped_in_flight += len(pending)
+            return
+        try:
+            self._dispatch(batch, dispatch, pending, counts)
+        except BaseException:  # an interrupted pass too: free the claim it just took
+            self.ledger.release(batch.batch_id, dispatch.token)
+            raise
+
+    def _in_flight(
+        self,
+        batch: Batch,
+        view: BatchView,
+        pending: list[tuple[PendingCall, CallStatus]],
+        counts: DispatchCounts,
+    ) -> None:
+        """Leave a claimed batch alone, unless something will not let it finish.
+
+        That is: its calls are about to expire, or a dead worker took one of them.
+        """
+        dispatch = view.dispatch
+        if dispatch is not None and self._stale(dispatch):
+            counts.stale_claims += 1
+        if dispatch is None or dispatch.token != view.claim_owner:
+            counts.skipped_in_flight += len(pending)
+            return
+        if self._expiring(dispatch):
+            if self._take_over(batch, dispatch, pending, counts, expire=True):
+                counts.calls_expired += sum(1 for _, s in pending if s.result is None)
+                log.warning(
+                    "%s actions expire soon; answering unfinished calls with timeout errors",
+                    self._ids(batch.batch_id),
+                )
+            return
+        if not self._lost(dispatch, pending):
+            counts.skipped_in_flight += len(pending)
+        elif self._take_over(batch, dispatch, pending, counts, expire=False):
+            log.warning(
+                "%s a worker died with calls of this %s that never began and wait on no "
+                "queue; dispatching them again",
+                self._ids(batch.batch_id),
+                self.noun,
+            )
+
+    def _take_over(
+        self,
+        batch: Batch,
+        dispatch: Dispatch,
+        pending: list[tuple[PendingCall, CallStatus]],
+        counts: DispatchCounts,
+        *,
+        expire: bool,
+    ) -> bool:
+        """Move the claim to a new dispatch of ``pending``; False if another owner has it.
+
+        With ``expire``, unfinished calls are answered with timeout errors first.
+        """
+        token = uuid.uuid4().hex
+        if not self.ledger.takeover(batch.batch_id, dispatch.token, token, self._lease_ms(pending)):
+            counts.skipped_in_flight += len(pending)
+            return False
+        if expire:
+            pending = [(c, self._expire(batch.batch_id, c, s)) for c, s in pending]
+        takeover = self._new_dispatch(token, self._lease_ms(pending), dispatch, batch)
+        self.ledger.record_dispatch(batch.batch_id, takeover)
+        self._dispatch(batch, takeover, pending, counts)
+        return True
+
+    def _lost(self, dispatch: Dispatch, pending: list[tuple[PendingCall, CallStatus]]) -> bool:
+        """Whether a worker that died after this dispatch took part of it that no one has.
+
+        The reaper gives back every message a dead worker had taken; a message popped from
+        its queue but not yet recorded as taken (the broker's reply still in the dead
+        worker's socket) exists nowhere any more. So once the death is older than
+        ``TOOLFAN_DEAD_AFTER`` plus two beats (the reaper has had its turn), a dispatch from
+        before it is lost when a call of it never began and its queue is empty, or when
+        every call is done and the submit queue is empty (the chord's submit went down).
+        Redoing it costs at most a copy that finds the result saved (or the call running
+        elsewhere), or a submit of the same batch under the same key.
+        """
+        death = self._live.last_death  # its last beat: it may have lived one beat longer
+        if death is None or death + self.settings.heartbeat <= dispatch.dispatched_at:
+            return False
+        settle = self.settings.dead_after + 2 * self.settings.heartbeat
+        if time.time() < death + settle:
+            return False
+        waiting = [c for c, s in pending if s.state is None]
+        if waiting:
+            return all(self._queue_empty(execute_queue(load_registry(), c.name)) for c in waiting)
+        finished = all(s.result is not None for _, s in pending)
+        return finished and self._queue_empty(ControlQueue.SUBMIT.value)
+
+    def _queue_empty(self, queue: str) -> bool:
+        queued = self._live.queued
+        if queue not in queued:
+            queued[queue] = self.reaper.queued(queue) if self.reaper else None
+        return queued[queue] == 0
+
+    def _stale(self, dispatch: Dispatch) -> bool:
+        """Whether a dispatch has outrun its tools' timeouts (its chord is probably dead)."""
+        return time.time() > self._stale_at(dispatch)
+
+    def _stale_at(self, dispatch: Dispatch) -> float:
+        budget = max(0.0, dispatch.lease_ms / 1000 - self.settings.queue_budget)
+        return dispatch.dispatched_at + budget
+
+    def _recheck_at(self, dispatch: Dispatch) -> float:
+        """When a dispatch next needs a full read: once stale, or near its calls' expiry."""
+        if dispatch.expires_at is None:
+            return self._stale_at(dispatch)
+        return min(self._stale_at(dispatch), dispatch.expires_at - self.settings.expiry_margin)
+
+    def _expiring(self, dispatch: Dispatch) -> bool:
+        if dispatch.expires_at is None:
+            return False
+        return time.time() >= dispatch.expires_at - self.settings.expiry_margin
+
+    def _expire(self, batch_id: str, call: PendingCall, status: CallStatus) -> CallStatus:
+        """Save a timeout error for an unfinished call; a result saved first still wins."""
+        if status.result is not None:
+            return status
+        error = CallResult.fail(
+            Outcome.TIMEOUT,
+            f"Function {call.name!r} did not finish before the {self.noun}'s pending actions "
+            "expire; it was answered with this error so the turn can continue",
+        )
+        return CallStatus(status.state, self.ledger.finish(_ref(batch_id, call), error))
+
+    def _lease_ms(self, pending: list[tuple[PendingCall, CallStatus]]) -> int:
+        """Longest tool timeout plus its grace plus the queueing budget."""
+        registry = load_registry()
+        timeouts = [tool_timeout(registry, c.name) for c, _ in pending]
+        budget = max(timeouts) + self.settings.time_limit_grace + self.settings.queue_budget
+        return int(budget * 1000)
+
+    def _dispatch(
+        self,
+        batch: Batch,
+        dispatch: Dispatch,
+        pending: list[tuple[PendingCall, CallStatus]],
+        counts: DispatchCounts,
+    ) -> None:
+        bid = batch.batch_id
+        calls = [[c.turn_id, c.call_id] for c, _ in pending]
+        saved = [result_payload(_ref(bid, c), c.name, s.result) for c, s in pending if s.result]
+        to_run = [c for c, s in pending if s.result is None]
+        body = submit.s(
+            session_id=bid,
+            token=dispatch.token,
+            calls=calls,
+            lease_ms=dispatch.lease_ms,
+            saved=saved,
+            first_seen=dispatch.first_seen,
+            source=self.source,
+        ).set(**UNSTORED, **submit_reprs(bid, len(calls)))
+        if to_run:
+            header = [
+                call_signature(self._envelope(batch, c, dispatch)).set(**UNSTORED) for c in to_run
+            ]
+            _stop_listening(chord(header)(body))
+        else:
+            _stop_listening(body.apply_async(args=([],)))
+        sent = [(turn_id, call_id) for turn_id, call_id in calls]
+        self.memo.remember(bid, dispatch.token, sent, self._recheck_at(dispatch))
+        counts.dispatched += 1
+        counts.calls_dispatched += len(to_run)
+        counts.calls_resubmitted += len(saved)
+        log.info(
+            "%s dispatched %d call(s), %d saved result(s)",
+            self._ids(bid),
+            len(to_run),
+            len(saved),
+        )
+
+    def _envelope(self, batch: Batch, call: PendingCall, dispatch: Dispatch) -> Envelope:
+        return Envelope(
+            source=self.source,
+            batch_id=batch.batch_id,
+            turn_id=call.turn_id,
+            call_id=call.call_id,
+            name=call.name,
+            arguments=call.arguments,
+            problem=call.problem,
+            agent_id=batch.agent_id,
+            metadata=batch.metadata,
+            deadline=dispatch.expires_at,
+        )
+
+    def _new_dispatch(
+        self, token: str, lease_ms: int, previous: Dispatch | None, batch: Batch
+    ) -> Dispatch:
+        """A dispatch record; the expiry of the calls is fixed at their first dispatch.
+
+        A source that knows the batch's own deadline (a run's ``expires_at``) sets it;
+        otherwise ``TOOLFAN_ACTION_EXPIRY`` counts from the first dispatch, if set.
+        """
+        now = time.time()
+        expires_at = previous.expires_at if previous is not None else None
+        if batch.expires_at is not None:
+            expires_at = batch.expires_at
+        elif expires_at is None and self.settings.action_expiry is not None:
+            expires_at = now + self.settings.action_expiry
+        first_seen = previous.first_seen if previous is not None else None
+        return Dispatch(token, now, lease_ms, expires_at, first_seen or now)
+
+
+def _ref(batch_id: str, call: PendingCall) -> CallRef:
+    return CallRef(batch_id, call.turn_id, call.call_id)
+
+
+def _stop_listening(result: AsyncResult[Any]) -> None:
+    """Drop the result subscriptions Celery opened while sending; a dispatcher never waits.
+
+    Celery's Redis backend subscribes to each sent task's result channel (and a group's
+    barrier to each member's) in the sending process. A poller never reads them, so
+    without this a long-running poller would hold one pub/sub channel per dispatched call.
+    """
+    consumer = getattr(app.backend, "result_consumer", None)
+    if consumer is None:  # a backend without pub/sub keeps no subscriptions
+        return
+    parent = result.parent
+    members: list[AsyncResult[Any]] = (
+        list(parent.results or []) if isinstance(parent, GroupResult) else []
+    )
+    for sent in [*members, result]:
+        consumer.cancel_for(sent.id)

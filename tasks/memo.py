@@ -1,0 +1,86 @@
+"""What a polling process dispatched itself, so it need not re-read those calls every pass.
+
+A source keeps listing a batch until its answer is applied, so under a backlog every pass
+meets the same in-flight batches again. Reading their claim, dispatch record and every
+call's state each time is most of a busy poller's ledger traffic. A batch this process
+dispatched is known to be in flight while two things hold: its claim still carries the
+token this process wrote (one GET per batch, not two reads plus one per call), and its
+dispatch is neither stale nor near its actions' expiry, the two cases a poller must act
+on. Past that moment the batch is read in full again, as any other.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+#: Batches remembered at most; the oldest are forgotten first (they are read in full).
+LIMIT = 100_000
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """One batch's dispatch by this process: its claim token and the calls it covers."""
+
+    token: str
+    calls: frozenset[tuple[str, str]]
+    until: float
+
+
+class DispatchMemo:
+    """Batches this process claimed and dispatched, until their dispatch needs a look."""
+
+    def __init__(self, limit: int = LIMIT) -> None:
+        self._limit = limit
+        self._entries: dict[str, Dispatched] = {}
+
+    def remember(
+        self, batch_id: str, token: str, calls: Iterable[tuple[str, str]], until: float
+    ) -> None:
+        """Trust ``token``'s claim on these calls until ``until`` (``time.time()``)."""
+        if until <= time.time():
+            return
+        self._entries.pop(batch_id, None)
+        self._entries[batch_id] = Dispatched(token, frozenset(calls), until)
+        while len(self._entries) > self._limit:
+            del self._entries[next(iter(self._entries))]
+
+    def prune(self) -> None:
+        """Forget dispatches past their moment (their batches may never be listed again)."""
+        now = time.time()
+        for batch_id in [s for s, e in self._entries.items() if now >= e.until]:
+            del self._entries[batch_id]
+
+    def candidates(self, batch_ids: Iterable[str]) -> list[str]:
+        """The batches worth a claim check: remembered and not yet due for a full read."""
+        now = time.time()
+        found = []
+        for batch_id in batch_ids:
+            entry = self._entries.get(batch_id)
+            if entry is None:
+                continue
+            if now >= entry.until:
+                del self._entries[batch_id]
+                continue
+            found.append(batch_id)
+        return found
+
+    def in_flight(self, batch_id: str, owner: str | None, calls: Iterable[tuple[str, str]]) -> bool:
+        """Whether the batch's claim is still ours and covers every listed call.
+
+        A claim held by another token, or none at all (submitted, abandoned, expired),
+        means the batch must be read in full; so does a call this process never sent.
+        """
+        entry = self._entries.get(batch_id)
+        if entry is None or owner != entry.token or time.time() >= entry.until:
+            self._entries.pop(batch_id, None)
+            return False
+        return entry.calls.issuperset(calls)
+
+    def clear(self) -> None:
+        """Forget every dispatch: each batch is read in full on the next pass."""
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)

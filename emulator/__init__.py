@@ -1,9 +1,11 @@
-"""A local, wire-true stand-in for the OpenAI Agents API sessions endpoints.
+"""A local, wire-true stand-in for the OpenAI Agents API and the Assistants protocol.
 
-Serve it with ``toolfan emulator``; script it from Python through :class:`EmulatorState` or
-from another process through the ``/_emulator`` admin routes (see ``emulator/README.md``).
-It imports nothing from the rest of toolfan, so it can stand in for the real service in
-any test without sharing a bug with the code under test.
+It serves the Agents sessions endpoints and the run-shaped threads-and-runs API in three
+flavours (OpenAI, Azure OpenAI, Azure AI Foundry Agent Service). Serve it with ``toolfan
+emulator``; script it from Python through :class:`EmulatorState` or from another process
+through the ``/_emulator`` admin routes (see ``emulator/README.md``). It imports nothing
+from the rest of toolfan, so it can stand in for the real service in any test without
+sharing a bug with the code under test.
 """
 
 from __future__ import annotations

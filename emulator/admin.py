@@ -35,6 +35,21 @@ def _actions(body: JSON) -> list[JSON]:
     return actions
 
 
+def admin_endpoint(handler: Handler) -> Handler:
+    """Wrap an admin ``handler``: errors become JSON (a bad request, ``ValueError``: 400)."""
+
+    async def run(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except WireError as error:
+            return JsonResponse(error.body(), status_code=error.status)
+        except (ValueError, TypeError, KeyError) as error:
+            bad = WireError(400, f"Invalid admin request: {error}", code="invalid_admin_request")
+            return JsonResponse(bad.body(), status_code=400)
+
+    return run
+
+
 class Admin:
     """The ``/_emulator`` endpoints over one :class:`EmulatorState`."""
 
@@ -59,27 +74,12 @@ class Admin:
             ("/requests", self.requests, get),
         ]
         return [
-            RawRoute(prefix + path, self._wrap(handler), methods=methods)
+            RawRoute(prefix + path, admin_endpoint(handler), methods=methods)
             for path, handler, methods in table
         ]
 
-    @staticmethod
-    def _wrap(handler: Handler) -> Handler:
-        async def run(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except WireError as error:
-                return JsonResponse(error.body(), status_code=error.status)
-            except (ValueError, TypeError, KeyError) as error:
-                bad = WireError(
-                    400, f"Invalid admin request: {error}", code="invalid_admin_request"
-                )
-                return JsonResponse(bad.body(), status_code=400)
-
-        return run
-
     async def reset(self, request: Request) -> Response:
-        """Forget everything: sessions, recordings, keys and faults."""
+        """Forget everything: sessions, runs, recordings, keys and faults."""
         self.state.reset()
         return JsonResponse({"reset": True})
 
@@ -89,7 +89,7 @@ class Admin:
 
     async def put_faults(self, request: Request) -> Response:
         """Replace all knobs (omitted ones go back to their defaults) and reseed."""
-        faults = self.state.set_faults(Faults.from_json(await _body(request)))
+        faults = self.state.set_faults(Faults.from_json(await admin_body(request)))
         return JsonResponse(faults.to_json())
 
     async def get_settings(self, request: Request) -> Response:
@@ -98,7 +98,7 @@ class Admin:
 
     async def put_settings(self, request: Request) -> Response:
         """Change ``turn_duration`` and/or ``stream_lifetime`` (seconds)."""
-        body = await _body(request)
+        body = await admin_body(request)
         unknown = set(body) - set(_SETTINGS)
         if unknown:
             raise ValueError(f"unknown settings {sorted(unknown)}")
@@ -111,7 +111,7 @@ class Admin:
 
         ``raw`` and ``raw_actions`` are served verbatim (see ``EmulatorState.create_session``).
         """
-        body = await _body(request)
+        body = await admin_body(request)
         return JsonResponse(
             self.state.create_session(_actions(body), **_options(body)), status_code=201
         )
@@ -124,7 +124,7 @@ class Admin:
         loop without yielding, so no API request sees only some of them; ``at`` is the
         server time once all exist (the moment they became pending).
         """
-        specs = (await _body(request)).get("sessions", [])
+        specs = (await admin_body(request)).get("sessions", [])
         if not isinstance(specs, list):
             raise ValueError("'sessions' must be a list of session bodies")
         ids = []
@@ -145,7 +145,7 @@ class Admin:
 
     async def add_actions(self, request: Request) -> Response:
         """Append ``required_actions``, ``function_calls`` and/or ``raw_actions`` to a session."""
-        body = await _body(request)
+        body = await admin_body(request)
         session = self.state.add_actions(
             request.path_params["session_id"], _actions(body), body.get("raw_actions", ())
         )
@@ -166,7 +166,7 @@ class Admin:
         return JsonResponse({"data": [b.to_json() for b in chosen]})
 
     async def requests(self, request: Request) -> Response:
-        """The ``/v1`` request log, optionally filtered by ``path`` substring and ``method``."""
+        """The API request log, optionally filtered by ``path`` substring and ``method``."""
         params = dict(query_items(request.scope))
         records = self.state.requests(params.get("path", ""), params.get("method"))
         return JsonResponse({"data": [r.to_json() for r in records]})
@@ -178,7 +178,8 @@ def _options(body: JSON) -> dict[str, Any]:
     return {k: body[k] for k in names if k in body}
 
 
-async def _body(request: Request) -> Any:
+async def admin_body(request: Request) -> Any:
+    """The request's JSON object body (``{}`` when empty); ``ValueError`` otherwise."""
     raw = await request.body()
     try:
         body = json.loads(raw) if raw.strip() else {}

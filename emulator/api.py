@@ -3,7 +3,9 @@
 Every endpoint goes through :meth:`Api.endpoint`, which checks the bearer token and the
 ``OpenAI-Beta`` header, rolls the fault dice, renders :class:`WireError` as the OpenAI
 error JSON and records the request, so each handler holds only its own logic. Routes match
-the raw path (``emulator.paths``), so a session id may hold any character.
+the raw path (``emulator.paths``), so a session id may hold any character. The run-shaped
+API (``emulator.runs.routes``) wraps its handlers the same way, with its own credential
+checks per flavour.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from emulator.wire import WireError
 #: A handler's answer carrying this header loses its 202: the app drops the connection.
 DROP_HEADER = "x-emulator-drop-connection"
 Handler = Callable[[Request], Awaitable[Response]]
+#: Checks a request's credentials and headers, raising :class:`WireError` to refuse it.
+Authenticator = Callable[[Request], None]
 
 
 def error_response(error: WireError) -> JsonResponse:
@@ -37,12 +41,38 @@ def error_response(error: WireError) -> JsonResponse:
 
 
 def redacted_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """Request headers safe to keep and show: the bearer token is never recorded."""
+    """Request headers safe to keep and show: no token or ``api-key`` is ever recorded."""
     safe = {k.lower(): v for k, v in headers.items()}
     if "authorization" in safe:
         scheme = safe["authorization"].partition(" ")[0]
         safe["authorization"] = f"{scheme} <redacted>"
+    if "api-key" in safe:
+        safe["api-key"] = "<redacted>"
     return safe
+
+
+def check_bearer(request: Request, api_key: str | None) -> None:
+    """401 unless ``Authorization: Bearer <token>`` holds ``api_key`` (any token if ``None``)."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise WireError(
+            401,
+            "You didn't provide an API key. Send it in an Authorization header using "
+            "Bearer auth (Authorization: Bearer YOUR_KEY).",
+        )
+    if api_key is not None and token.strip() != api_key:
+        raise WireError(401, "Incorrect API key provided.", code="invalid_api_key")
+
+
+def check_beta(request: Request, feature: str, api_name: str) -> None:
+    """400 unless the ``OpenAI-Beta`` header names ``feature`` (e.g. ``agents=v1``)."""
+    if feature not in request.headers.get("openai-beta", ""):
+        raise WireError(
+            400,
+            f"The {api_name} API is in beta: send the header 'OpenAI-Beta: {feature}'.",
+            code="missing_beta_header",
+            param="OpenAI-Beta",
+        )
 
 
 def _fault_error(kind: str, faults: Faults) -> WireError:
@@ -90,13 +120,21 @@ class Api:
             RawRoute(f"{one}/events", self.endpoint("stream", self.stream_events), methods=["GET"]),
         ]
 
-    def endpoint(self, name: str, handler: Handler) -> Handler:
-        """Wrap ``handler`` with auth, faults, error rendering and the request log."""
+    def endpoint(
+        self, name: str, handler: Handler, authenticate: Authenticator | None = None
+    ) -> Handler:
+        """Wrap ``handler`` with auth, faults, error rendering and the request log.
+
+        ``authenticate`` checks the request's credentials and headers before the fault dice
+        roll (raising :class:`WireError`); the sessions API's bearer-and-beta check when
+        omitted. ``name`` is the endpoint the fault knobs' ``endpoints`` filter names.
+        """
+        check = authenticate or self._authenticate
 
         async def run(request: Request) -> Response:
             request.state.outcome = "ok"
             try:
-                response = await self._guarded(name, handler, request)
+                response = await self._guarded(name, handler, request, check)
             except ClientDisconnect:  # the client died mid-request: nothing was applied
                 response = Response(status_code=499)
                 request.state.outcome = "disconnected"
@@ -118,8 +156,10 @@ class Api:
 
         return run
 
-    async def _guarded(self, name: str, handler: Handler, request: Request) -> Response:
-        self._authenticate(request)
+    async def _guarded(
+        self, name: str, handler: Handler, request: Request, authenticate: Authenticator
+    ) -> Response:
+        authenticate(request)
         fault, latency, faults = self.state.roll_fault(name)
         if latency:
             await request.body()  # cached for the handler; the next receive is a disconnect
@@ -132,23 +172,9 @@ class Api:
         return await handler(request)
 
     def _authenticate(self, request: Request) -> None:
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise WireError(
-                401,
-                "You didn't provide an API key. Send it in an Authorization header using "
-                "Bearer auth (Authorization: Bearer YOUR_KEY).",
-            )
-        if self.api_key is not None and token.strip() != self.api_key:
-            raise WireError(401, "Incorrect API key provided.", code="invalid_api_key")
-        beta = request.headers.get("openai-beta", "")
-        if self.require_beta_header and "agents=v1" not in beta:
-            raise WireError(
-                400,
-                "The Agents API is in beta: send the header 'OpenAI-Beta: agents=v1'.",
-                code="missing_beta_header",
-                param="OpenAI-Beta",
-            )
+        check_bearer(request, self.api_key)
+        if self.require_beta_header:
+            check_beta(request, "agents=v1", "Agents")
 
     async def list_sessions(self, request: Request) -> Response:
         """``GET /agents/sessions``: one cursor page, or the ``list_garbage`` fault's body."""
@@ -165,7 +191,7 @@ class Api:
 
     async def create_events(self, request: Request) -> Response:
         """``POST /agents/sessions/{id}/events``: 202 and no body, or an error."""
-        body = await _json_body(request)
+        body = await json_body(request)
         key = request.headers.get("idempotency-key") or None
         replayed, lost = self.state.submit(
             request.path_params["session_id"], body, key, redacted_headers(request.headers)
@@ -189,7 +215,8 @@ class Api:
         )
 
 
-async def _json_body(request: Request) -> Any:
+async def json_body(request: Request) -> Any:
+    """The request's JSON body; 400 ``invalid_json`` when it does not parse."""
     raw = await request.body()
     try:
         return json.loads(raw)

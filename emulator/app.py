@@ -1,4 +1,8 @@
-"""The emulator's ASGI application: ``/v1`` (the API) and ``/_emulator`` (the admin controls).
+"""The emulator's ASGI application: the APIs and ``/_emulator`` (the admin controls).
+
+The APIs are the Agents sessions under ``/v1`` and the run-shaped Assistants protocol in
+three flavours: ``/v1`` (OpenAI), ``/openai`` (Azure OpenAI) and ``/api/projects/{project}``
+(Azure AI Foundry Agent Service).
 
 The outermost layer implements the "lost 202" fault. An ASGI app cannot close a connection
 without answering (a server answers 500 for an app that returns silently), so the layer
@@ -20,6 +24,8 @@ from starlette.types import Message, Receive, Scope, Send
 from emulator.admin import Admin
 from emulator.api import DROP_HEADER, Api, error_response
 from emulator.paths import display_path
+from emulator.runs.admin import RunsAdmin
+from emulator.runs.routes import RunsApi
 from emulator.state import EmulatorState
 from emulator.wire import WireError
 
@@ -49,7 +55,8 @@ class EmulatorApp:
     Args:
         state: The emulator's world; a fresh one when omitted.
         api_key: The only bearer token accepted; ``None`` accepts any non-empty token.
-        require_beta_header: Reject requests without ``OpenAI-Beta: agents=v1``.
+        require_beta_header: Reject requests without ``OpenAI-Beta: agents=v1`` (sessions)
+            or ``assistants=v2`` (the OpenAI flavour of runs).
     """
 
     def __init__(
@@ -64,7 +71,12 @@ class EmulatorApp:
         #: The API endpoints; ``api.api_key`` may be changed while serving (a revoked key).
         self.api = api
         self.starlette = Starlette(
-            routes=[*api.routes("/v1"), *Admin(self.state).routes("/_emulator")],
+            routes=[
+                *api.routes("/v1"),
+                *RunsApi(api).routes(),
+                *Admin(self.state).routes("/_emulator"),
+                *RunsAdmin(self.state).routes("/_emulator"),
+            ],
             exception_handlers={404: _http_error, 405: _http_error},
         )
         # No trailing-slash redirects: starlette builds them from the decoded path, which

@@ -17,8 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Endpoint = Literal["list", "retrieve", "events", "stream"]
-ENDPOINTS: frozenset[str] = frozenset({"list", "retrieve", "events", "stream"})
+Endpoint = Literal[
+    "list", "retrieve", "events", "stream", "runs", "threads", "submit_outputs", "cancel"
+]
+#: Every endpoint name: the sessions API's four, then the run-shaped API's (``runs``: retrieve
+#: and list runs; ``threads``: Foundry's thread list; ``submit_outputs``; ``cancel``: a run's).
+ENDPOINTS: frozenset[str] = frozenset(
+    {"list", "retrieve", "events", "stream", "runs", "threads", "submit_outputs", "cancel"}
+)
 Fault = Literal["error", "throttle"]
 #: The values of ``list_garbage``: no JSON, a body nested 5,000 deep, a bare array.
 GARBAGE_KINDS: frozenset[str] = frozenset({"not_json", "deep", "array"})
@@ -43,8 +49,8 @@ class Faults:
             client that dies in that window has had its batch applied without knowing.
         apply_lag: Seconds between accepting a batch (202) and clearing the answered
             actions; meanwhile the session shows the same ``required_actions``.
-        lost_202_rate: Probability that an accepted batch is applied and the connection is
-            then dropped without an answer.
+        lost_202_rate: Probability that an accepted batch (or tool-output submit) is applied
+            and the connection is then dropped without an answer.
         endpoints: Which endpoints the rates and latency apply to.
         budget: At most this many faults (500, 429, lost 202) in total; ``None``: no cap.
         seed: Seed of the random generator, reset whenever the faults are set.
@@ -153,9 +159,9 @@ class FaultInjector:
             return "throttle"
         return None
 
-    def roll_lost(self) -> bool:
-        """Decide whether an accepted batch loses its 202."""
-        return "events" in self.faults.endpoints and self._hit(self.faults.lost_202_rate)
+    def roll_lost(self, endpoint: str = "events") -> bool:
+        """Decide whether an accepted write (a batch, a submit) on ``endpoint`` loses its answer."""
+        return endpoint in self.faults.endpoints and self._hit(self.faults.lost_202_rate)
 
     def _hit(self, rate: float) -> bool:
         if rate <= 0.0 or self._budget == 0:

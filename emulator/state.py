@@ -1,4 +1,4 @@
-"""The emulator's in-memory world: sessions, accepted batches, idempotency keys, faults.
+"""The emulator's in-memory world: sessions, runs, accepted batches and submits, faults.
 
 One :class:`EmulatorState` is shared by the HTTP app (on uvicorn's event loop) and by the
 test or demo that scripts it (on another thread), so every public method takes one lock
@@ -21,6 +21,8 @@ from typing import Any
 
 from emulator.faults import FaultInjector, Faults
 from emulator.pages import page
+from emulator.runs.state import RunsState
+from emulator.runs.store import RunStore
 from emulator.sessions import RawAction, Session, raw_fields
 from emulator.validation import (
     ListQuery,
@@ -60,7 +62,7 @@ class AcceptedBatch:
 
 @dataclass(frozen=True)
 class RequestRecord:
-    """One request to the ``/v1`` API and how the emulator answered it.
+    """One API request (any flavour) and how the emulator answered it.
 
     ``path`` is percent-decoded for reading (an id's ``/`` shows as ``/``); ``raw_path`` is
     the path as sent, which tells an id's ``%2F`` from a separator.
@@ -100,8 +102,8 @@ def _fingerprint(session_id: str, body: Any) -> str:
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
-class EmulatorState:
-    """Sessions and recordings of one emulator, scriptable from Python.
+class EmulatorState(RunsState):
+    """Sessions, runs and recordings of one emulator, scriptable from Python.
 
     Args:
         turn_duration: Seconds an emulated turn stays ``in_progress`` after the last
@@ -127,6 +129,7 @@ class EmulatorState:
         self._requests: deque[RequestRecord] = deque(maxlen=REQUEST_LOG_SIZE)
         self._keys: dict[str, str] = {}
         self._injector = FaultInjector()
+        self._runs = RunStore()
 
     # --- scripting -------------------------------------------------------------------------
 
@@ -199,8 +202,9 @@ class EmulatorState:
             return self._injector.faults
 
     def reset(self) -> None:
-        """Forget sessions, recordings, keys and faults."""
+        """Forget sessions, runs, recordings, keys and faults."""
         with self._lock:
+            self._runs.clear()
             self._sessions.clear()
             self._batches.clear()
             self._requests.clear()
@@ -225,7 +229,7 @@ class EmulatorState:
             return [b for b in self._batches if session_id in (None, b.session_id)]
 
     def requests(self, path_contains: str = "", method: str | None = None) -> list[RequestRecord]:
-        """Every ``/v1`` request received, including faulted ones, oldest first.
+        """Every API request received (any flavour), including faulted ones, oldest first.
 
         ``path_contains`` matches the decoded ``path`` or the ``raw_path`` as sent.
         """

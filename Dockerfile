@@ -8,6 +8,7 @@ COPY handlers handlers
 COPY tasks tasks
 COPY dispatcher dispatcher
 COPY emulator emulator
+COPY toolfan toolfan
 RUN pip install --no-cache-dir .
 # Your own tools: build FROM this image, COPY your package and set TOOLFAN_HANDLERS.
 USER nobody

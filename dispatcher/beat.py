@@ -6,12 +6,14 @@ modules import it (see :mod:`tasks.sources`), so ``tasks`` names no trigger.
 
 from __future__ import annotations
 
-from dispatcher.poll import poll_once
+from typing import Any
+
+from dispatcher.pollers import poll_sources
 from tasks.app import app
 from tasks.queues import POLL_TASK
 
 
 @app.task(name=POLL_TASK)
-def poll() -> dict[str, int]:
-    """Run one poll pass; returns its summary counters."""
-    return poll_once().as_dict()
+def poll() -> dict[str, Any]:
+    """Run one poll pass over every configured source; returns its summary counters."""
+    return poll_sources().as_dict()

@@ -146,18 +146,48 @@ def check_api(make_client: Callable[[], AgentsClient] = _quick_client) -> Findin
     return Finding("api", True, f"{client.base_url} accepted the key")
 
 
+def check_runs_api() -> Finding:
+    """The Assistants service is configured and one cheap authenticated request works."""
+    from dispatcher.sources.assistants_client import AssistantsClient
+    from dispatcher.sources.assistants_config import load_config
+
+    try:
+        client = AssistantsClient(load_config(), retry=RetryPolicy(max_attempts=1))
+    except ConfigurationError as exc:
+        return Finding("runs api", False, exc.message, True, exc.setting)
+    try:
+        client.check_access()
+    except ConfigurationError as exc:
+        return Finding("runs api", False, exc.message, True, exc.setting)
+    except RetryableAPIError as exc:
+        return Finding("runs api", False, f"no usable answer yet ({exc.message})", False)
+    except APIError as exc:
+        return Finding("runs api", False, exc.message, True, client.config.url_setting)
+    finally:
+        client.close()
+    flavour = client.config.flavour.value
+    return Finding("runs api", True, f"{client.base_url} ({flavour}) accepted the credential")
+
+
 def run_checks(*, api: bool = True) -> list[Finding]:
     """Every check in order; later ones are skipped once the settings do not load."""
     findings = check_settings()
     if not findings[0].ok:
         return findings
+    from dispatcher.pollers import UnknownSourceSetting, source_names
     from tasks.settings import get_settings
 
     settings = get_settings()
+    try:
+        names = source_names(settings.sources)
+    except UnknownSourceSetting as exc:
+        return [*findings, Finding("settings", False, str(exc), True)]
     findings += [check_redis(settings.redis_url), check_broker(settings.broker)]
-    if api:
+    if api and "agents" in names:
         findings.append(check_api())
-    findings.append(check_sources())
+    if api and "assistants" in names:
+        findings.append(check_runs_api())
+    findings.append(check_sources(names))
     return findings
 
 

@@ -264,7 +264,9 @@ def _add_status(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _add_poll(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("poll", help="find waiting sessions and dispatch their calls")
+    p = sub.add_parser(
+        "poll", help="find waiting sessions (and watched runs) and dispatch their calls"
+    )
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--once", action="store_true", help="one pass, for cron (exit 1 on failure)")
     mode.add_argument(
@@ -396,6 +398,57 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(command=_cmd_bench, passthrough=False)
 
 
+def _cmd_runs(args: argparse.Namespace, rest: list[str]) -> int:
+    """Watch runs of the Assistants protocol, or list the watched ones."""
+    from dispatcher.sources.assistants import NAME
+    from dispatcher.sources.assistants_watch import Watches
+    from tasks.execute import get_ledger
+
+    watches = Watches(get_ledger(NAME).client)
+    if args.action == "watch":
+        ids = list(args.ids)
+        if not ids or len(ids) % 2:
+            print("toolfan: runs watch takes THREAD_ID RUN_ID pairs", file=sys.stderr)
+            return 2
+        pairs = list(zip(ids[::2], ids[1::2], strict=True))
+        added = watches.add(pairs)
+        print(f"watching {len(pairs)} run(s), {added} new; {len(watches)} watched in all")
+        if "assistants" not in _sources():
+            print(
+                "toolfan: warning: TOOLFAN_SOURCES does not include assistants: no poller "
+                "started this way reads these runs",
+                file=sys.stderr,
+            )
+        return 0
+    if args.ids:
+        print("toolfan: runs list takes no arguments", file=sys.stderr)
+        return 2
+    for watch in watches.all():
+        status = watch.status or "not read yet"
+        print(json.dumps({"thread_id": watch.thread_id, "run_id": watch.run_id, "status": status}))
+    return 0
+
+
+def _sources() -> tuple[str, ...]:
+    from tasks.settings import get_settings
+
+    return get_settings().sources
+
+
+def _add_runs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "runs",
+        help="watch Assistants runs (OpenAI, Azure OpenAI, Azure AI Foundry) until they are over",
+        description="'runs watch THREAD_ID RUN_ID [THREAD_ID RUN_ID ...]' hands runs to the "
+        "pollers of TOOLFAN_SOURCES=assistants, which answer each requires_action phase once "
+        "and stop watching a run once it is over or past its expires_at. 'runs list' prints "
+        "the watched runs, one JSON object per line.",
+    )
+    p.add_argument("action", choices=["watch", "list"])
+    p.add_argument("ids", nargs="*", metavar="ID")
+    p.set_defaults(command=_cmd_runs, passthrough=False)
+
+
 _PARSERS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     _add_tools,
     _add_worker,
@@ -407,6 +460,7 @@ _PARSERS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], 
     _add_status,
     _add_check,
     _add_resubmit,
+    _add_runs,
     _add_emulator,
     _add_bench,
 )

@@ -14,8 +14,6 @@ import json
 import logging
 import os
 import random
-import socket
-import ssl
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,41 +23,17 @@ from typing import Any, Literal
 
 import httpx
 
-from dispatcher.errors import (
-    APIConnectionError,
-    APIError,
-    APITimeoutError,
-    AuthenticationError,
-    BadRequestError,
-    ConflictError,
-    EndpointError,
-    FinalAPIError,
-    NotFoundError,
-    PermissionDeniedError,
-    RateLimitError,
-    RetriesExhausted,
-    RetryableAPIError,
-    ServerError,
-    UnexpectedResponseError,
-)
+from dispatcher.errors import AuthenticationError, BadRequestError, EndpointError
 from dispatcher.listing import ListBudget, Listing
 from dispatcher.models import BadSession, Session, addressable, parse_session, url_form
-from dispatcher.retry import RetryPolicy, parse_retry_after
-from handlers import jsonsafe
+from dispatcher.retry import RetryPolicy
+from dispatcher.transport import DEFAULT_LIMITS, DEFAULT_TIMEOUT, Transport, query_string
 
 logger = logging.getLogger("dispatcher.client")
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
-DEFAULT_LIMITS = httpx.Limits(max_connections=20, max_keepalive_connections=10)
-_FINAL_BY_STATUS: Mapping[int, type[APIError]] = {
-    400: BadRequestError,
-    401: AuthenticationError,
-    403: PermissionDeniedError,
-    404: NotFoundError,
-    409: ConflictError,
-    422: BadRequestError,
-}
+#: Re-exported: the request machinery is :mod:`dispatcher.transport`'s.
+__all__ = ["DEFAULT_LIMITS", "DEFAULT_TIMEOUT", "AgentsClient", "query_string"]
 #: Levels of a page around a call's arguments (page, data, session, actions, action), so
 #: arguments as deep as the limit arrive whole and deeper ones as a marker the poller reads.
 PAGE_DEPTH = 8
@@ -125,30 +99,33 @@ class AgentsClient:
                 f"no API key for {self.base_url}: set OPENAI_API_KEY or pass api_key"
             )
         self._key = key.strip()
-        self.retry = retry or RetryPolicy()
         self.malformed_sessions = 0
         self.max_depth = max_depth
-        self._sleep = sleep
-        self._rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
-        self._http = httpx.Client(
-            base_url=self.base_url,
-            headers={
+        self._transport = Transport(
+            self.base_url,
+            {
                 "Authorization": f"Bearer {self._key}",
                 "OpenAI-Beta": "agents=v1",
                 "User-Agent": user_agent(),
                 "Accept": "application/json",
             },
+            secrets=(self._key,),
             timeout=timeout,
             limits=limits,
+            retry=retry,
             transport=transport,
+            sleep=sleep,
+            rng=rng,
+            max_depth=max_depth,
         )
+        self.retry = self._transport.retry
 
     def __repr__(self) -> str:
         return f"AgentsClient(base_url={self.base_url!r})"
 
     def close(self) -> None:
         """Close the pooled connections."""
-        self._http.close()
+        self._transport.close()
 
     def __enter__(self) -> AgentsClient:
         return self
@@ -212,10 +189,12 @@ class AgentsClient:
 
     def retrieve_session(self, session_id: str) -> Session:
         """The session's current state (``required_actions`` is the authority)."""
-        response, _ = self._request("GET", f"/agents/sessions/{path_segment(session_id)}")
+        response, _ = self._transport.request("GET", f"/agents/sessions/{path_segment(session_id)}")
         parsed = parse_session(self._json(response))
         if isinstance(parsed, BadSession):
-            raise self._unexpected(response, f"session {session_id!r} unreadable: {parsed.problem}")
+            raise self._transport.unexpected(
+                response, f"session {session_id!r} unreadable: {parsed.problem}"
+            )
         return parsed
 
     def check_access(self) -> None:
@@ -226,7 +205,7 @@ class AgentsClient:
             NotFoundError: the base URL serves no sessions endpoint.
             RetryableAPIError: the API did not answer well enough to tell.
         """
-        self._request("GET", "/agents/sessions", params=[("limit", "1")])
+        self._transport.request("GET", "/agents/sessions", params=[("limit", "1")])
 
     def submit_events(
         self, session_id: str, events: Sequence[Mapping[str, Any]], idempotency_key: str
@@ -246,7 +225,7 @@ class AgentsClient:
         """Send an already encoded events body (see :func:`events_body`), same retries."""
         if not idempotency_key:
             raise ValueError("an idempotency key is required")
-        response, attempts = self._request(
+        response, attempts = self._transport.request(
             "POST",
             f"/agents/sessions/{path_segment(session_id)}/events",
             content=body,
@@ -258,133 +237,16 @@ class AgentsClient:
 
     def _page(self, params: list[tuple[str, str]]) -> tuple[list[Any], bool]:
         """One page's raw entries and its ``has_more``; an unreadable page raises."""
-        response, _ = self._request("GET", "/agents/sessions", params=params)
+        response, _ = self._transport.request("GET", "/agents/sessions", params=params)
         body = self._json(response)
         data = body.get("data") if isinstance(body, dict) else None
         if not isinstance(data, list):
-            raise self._unexpected(response, "session list unreadable: no 'data' array")
+            raise self._transport.unexpected(response, "session list unreadable: no 'data' array")
         return data, body.get("has_more") is True
-
-    # --- transport and retries ---------------------------------------------------------------
-
-    def _request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: list[tuple[str, str]] | None = None,
-        content: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> tuple[httpx.Response, int]:
-        """Send with retries; returns the successful response and the attempts it took."""
-        start = time.monotonic()
-        attempt = 0
-        while True:
-            attempt += 1
-            outcome = self._attempt(method, path, params=params, content=content, headers=headers)
-            if isinstance(outcome, httpx.Response):
-                return outcome, attempt
-            wait = self._wait_before_retry(outcome, attempt, start)
-            if wait is None:
-                raise RetriesExhausted(
-                    f"{method} {self.base_url}{path} failed {attempt} time(s); last: "
-                    f"{outcome.message}",
-                    last_error=outcome,
-                    attempts=attempt,
-                ) from outcome
-            logger.warning(
-                "retrying %s %s in %.2fs after attempt %d of %d failed: %s",
-                method,
-                path,
-                wait,
-                attempt,
-                self.retry.max_attempts,
-                outcome.message,
-            )
-            self._sleep(wait)
-
-    def _wait_before_retry(
-        self, error: RetryableAPIError, attempt: int, start: float
-    ) -> float | None:
-        """Seconds to wait before the next attempt, or ``None`` when the budget is spent."""
-        if attempt >= self.retry.max_attempts:
-            return None
-        wait = self.retry.backoff(attempt, self._rng)
-        if isinstance(error, RateLimitError) and error.retry_after is not None:
-            wait = max(wait, error.retry_after)
-        if time.monotonic() - start + wait > self.retry.max_elapsed:
-            return None
-        return wait
-
-    def _attempt(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: list[tuple[str, str]] | None,
-        content: bytes | None,
-        headers: Mapping[str, str] | None,
-    ) -> httpx.Response | RetryableAPIError:
-        """One request: the response on success, a retryable error, or raise a final one."""
-        where = f"{method} {self.base_url}{_shown(path)}"
-        try:
-            url = f"{path}?{query_string(params)}" if params else path
-            response = self._http.request(method, url, content=content, headers=headers)
-        except httpx.TimeoutException as exc:
-            return APITimeoutError(f"{where}: no answer in time ({type(exc).__name__})")
-        except httpx.UnsupportedProtocol as exc:
-            raise EndpointError(f"{where}: unusable base URL ({exc})") from exc
-        except httpx.InvalidURL as exc:  # the base URL was vetted: this request's own URL
-            raise BadRequestError(f"{where}: the request URL cannot be sent ({exc})") from exc
-        except httpx.TransportError as exc:
-            endpoint = _endpoint_problem(exc)
-            if endpoint is not None:
-                raise EndpointError(f"{where}: {endpoint}; check OPENAI_BASE_URL") from exc
-            return APIConnectionError(f"{where}: connection failed ({type(exc).__name__}: {exc})")
-        if response.is_success:
-            return response
-        error = self._error_from(response, where)
-        if isinstance(error, RetryableAPIError):
-            return error
-        raise error
-
-    def _error_from(self, response: httpx.Response, where: str) -> APIError:
-        status = response.status_code
-        code, message, param = _error_fields(response)
-        request_id = response.headers.get("x-request-id")
-        text = self._scrub(
-            f"{where}: HTTP {status}" + (f" {code}" if code else "") + f": {message}"
-        )
-        if status == 401:
-            text = (
-                f"the API key was refused by {self.base_url} (HTTP 401"
-                + (f" {code}" if code else "")
-                + "): check OPENAI_API_KEY and OPENAI_BASE_URL"
-            )
-        if status == 429:
-            retry_after = parse_retry_after(response.headers)
-            return RateLimitError(text, retry_after=retry_after, code=code, request_id=request_id)
-        if status >= 500 or status == 408:
-            return ServerError(text, status_code=status, code=code, request_id=request_id)
-        kind = _FINAL_BY_STATUS.get(status, FinalAPIError)
-        return kind(text, status_code=status, code=code, request_id=request_id, param=param)
 
     def _json(self, response: httpx.Response) -> Any:
         """The answer's JSON, read so that no depth, number or size can crash the reader."""
-        try:
-            return jsonsafe.loads(response.content, max_depth=self.max_depth + PAGE_DEPTH)
-        except ValueError as exc:
-            raise self._unexpected(response, f"the answer is not JSON ({exc})") from exc
-
-    def _unexpected(self, response: httpx.Response, what: str) -> UnexpectedResponseError:
-        return UnexpectedResponseError(
-            self._scrub(f"{response.request.method} {response.request.url}: {what}"),
-            status_code=response.status_code,
-            request_id=response.headers.get("x-request-id"),
-        )
-
-    def _scrub(self, text: str) -> str:
-        return text.replace(self._key, "<api key>")
+        return self._transport.json(response, PAGE_DEPTH)
 
 
 def check_base_url(url: str) -> str:
@@ -419,49 +281,6 @@ def path_segment(value: str) -> str:
     return url_form(value)
 
 
-def query_string(params: Sequence[tuple[str, str]]) -> str:
-    """``params`` percent-encoded as a query string, lone surrogates as their bytes.
-
-    The ``after`` cursor is a session id, which may hold anything; httpx would refuse to
-    encode a lone surrogate and fail the pass.
-    """
-    return "&".join(f"{_quoted(key)}={_quoted(value)}" for key, value in params)
-
-
-def _quoted(text: str) -> str:
-    return url_form(text, safe="")
-
-
 def events_body(events: Sequence[Mapping[str, Any]]) -> bytes:
     """The JSON body of one events batch, ASCII-escaped so any id survives the trip."""
     return json.dumps({"events": [dict(e) for e in events]}, separators=(",", ":")).encode()
-
-
-def _shown(path: str) -> str:
-    """A request path cut for messages: an id may be 10,000 characters long."""
-    return path if len(path) <= 300 else f"{path[:300]}..."
-
-
-def _endpoint_problem(exc: httpx.TransportError) -> str | None:
-    """Why a transport failure is the base URL's fault (DNS, TLS), or None if it may pass."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, socket.gaierror):
-            return f"the host is unknown to DNS ({seen})"
-        if isinstance(seen, ssl.SSLError):
-            return f"TLS failed ({seen})"
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
-def _error_fields(response: httpx.Response) -> tuple[str | None, str, str | None]:
-    """The ``code``, ``message`` and ``param`` of an OpenAI error body, tolerating any body."""
-    try:
-        error = jsonsafe.loads(response.content, max_depth=8).get("error")
-    except (ValueError, AttributeError):
-        error = None
-    if not isinstance(error, dict):
-        return None, (response.text[:200] or response.reason_phrase), None
-    code, param = error.get("code"), error.get("param")
-    message = str(error.get("message") or response.reason_phrase)[:2000]
-    return (str(code) if code else None), message, (param if isinstance(param, str) else None)

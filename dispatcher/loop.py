@@ -20,7 +20,7 @@ from types import FrameType
 import redis
 from kombu.exceptions import OperationalError
 
-from dispatcher.poll import PollSummary, poll_once, process_poller
+from dispatcher.pollers import Summary, poll_sources, process_pollers
 from handlers.errors import ToolfanError
 
 log = logging.getLogger("toolfan.poll")
@@ -42,7 +42,7 @@ def describe(exc: BaseException) -> str:
     return line if len(line) <= 500 else f"{line[:500]}..."
 
 
-def run_once(emit: Callable[[str], None], poll: Callable[[], PollSummary] = poll_once) -> int:
+def run_once(emit: Callable[[str], None], poll: Callable[[], Summary] = poll_sources) -> int:
     """One pass; 0 on success, 1 with a one-line message on stderr when it failed."""
     try:
         emit(poll().line())
@@ -60,7 +60,7 @@ def run_loop(
     interval: float,
     emit: Callable[[str], None],
     stop: threading.Event | None = None,
-    poll: Callable[[], PollSummary] | None = None,
+    poll: Callable[[], Summary] | None = None,
 ) -> int:
     """Poll every ``interval`` seconds until SIGTERM, SIGINT or ``stop`` is set.
 
@@ -71,7 +71,7 @@ def run_loop(
     stop = guard.stop if guard is not None else stop
     assert stop is not None
     if poll is None:
-        poller = process_poller()
+        poller = process_pollers()
         poller.stop = stop
         poll = poller.poll_once
     try:

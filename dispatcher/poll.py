@@ -25,7 +25,7 @@ from handlers import jsonsafe
 from handlers.text import shown
 from tasks import metrics
 from tasks.app import app
-from tasks.dispatch import Batch, DispatchCounts, Dispatcher, PendingCall
+from tasks.dispatch import Batch, DispatchCounts, Dispatcher, PendingCall, count_into
 from tasks.execute import get_ledger
 from tasks.ledger import Ledger
 from tasks.liveness import Reaper
@@ -67,14 +67,8 @@ class PollSummary:
         return asdict(self)
 
     def add(self, counts: DispatchCounts) -> None:
-        """Count in what dispatching a page's sessions did."""
-        self.sessions_dispatched += counts.dispatched
-        self.calls_dispatched += counts.calls_dispatched
-        self.calls_resubmitted += counts.calls_resubmitted
-        self.calls_expired += counts.calls_expired
-        self.stale_claims += counts.stale_claims
-        self.skipped_in_flight += counts.skipped_in_flight
-        self.skipped_submitted += counts.skipped_submitted
+        """Count in what the dispatcher did."""
+        count_into(self, counts, "sessions_dispatched")
 
     def line(self) -> str:
         """The one-line summary."""

@@ -90,6 +90,27 @@ class DispatchCounts:
     skipped_submitted: int = 0
 
 
+def count_into(summary: Any, counts: DispatchCounts, dispatched: str) -> None:
+    """Add ``counts`` to a pass's summary, whose batches-dispatched field is ``dispatched``.
+
+    Every source's summary names the dispatcher's counters alike, but its batches its own
+    way (``sessions_dispatched``, ``runs_dispatched``).
+    """
+    setattr(summary, dispatched, getattr(summary, dispatched) + counts.dispatched)
+    for name in _SHARED:
+        setattr(summary, name, getattr(summary, name) + getattr(counts, name))
+
+
+_SHARED = (
+    "calls_dispatched",
+    "calls_resubmitted",
+    "calls_expired",
+    "stale_claims",
+    "skipped_in_flight",
+    "skipped_submitted",
+)
+
+
 @dataclass
 class _Liveness:
     """What the dispatcher knows of dead workers in this pass."""

@@ -78,11 +78,20 @@ class Settings(BaseModel):
     dead_after: float = Field(
         10.0, gt=0, description="seconds without a heartbeat after which a worker is dead"
     )
+    sources: tuple[str, ...] = Field(
+        ("agents",), description="the sources toolfan poll and beat poll, comma-separated"
+    )
+    runs_discover: str = Field(
+        "watch",
+        pattern="^(watch|threads)$",
+        description="how runs are found: watched only, or also the recent threads (Foundry)",
+    )
+    runs_max_threads: int = Field(1000, gt=0, description="threads a discovering pass reads")
     max_memory_per_child: int = Field(
         1024, ge=0, description="MiB a prefork pool process may reach before it is recycled"
     )
 
-    @field_validator("handlers", mode="before")
+    @field_validator("handlers", "sources", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -1,0 +1,226 @@
+"""One pass over the watched runs (and, on Foundry, the recent threads' runs).
+
+Each watched run is read once a pass (one request). A run waiting in ``requires_action``
+is one batch, handed to the engine's dispatcher (claims, chords, expiry at the run's own
+``expires_at``); a run that is over, or past its ``expires_at``, is no longer watched.
+With ``TOOLFAN_RUNS_DISCOVER=threads`` (Foundry only, the one flavour that lists threads)
+the pass also lists up to ``TOOLFAN_RUNS_MAX_THREADS`` threads, most recent first, and
+reads each one's latest runs: one request per 100 threads plus one per thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+from dispatcher.errors import APIError, NotFoundError
+from dispatcher.once import OnceLog
+from dispatcher.sources.assistants import NAME, batch_id, get_client, phase_of
+from dispatcher.sources.assistants_client import AssistantsClient
+from dispatcher.sources.assistants_models import Run
+from dispatcher.sources.assistants_watch import Watch, Watches
+from handlers import jsonsafe
+from handlers.text import shown
+from tasks import metrics
+from tasks.dispatch import Batch, DispatchCounts, Dispatcher, PendingCall, count_into
+from tasks.execute import get_ledger
+from tasks.ledger import Ledger
+from tasks.liveness import Reaper
+from tasks.memo import DispatchMemo
+from tasks.settings import Settings, get_settings
+
+log = logging.getLogger("toolfan.poll")
+
+#: Runs read per thread when discovering runs through the thread list.
+RUNS_PER_THREAD = 5
+
+
+@dataclass
+class RunsSummary:
+    """What one pass over the runs saw and did."""
+
+    runs_seen: int = 0
+    runs_waiting: int = 0
+    runs_dispatched: int = 0
+    calls_dispatched: int = 0
+    calls_resubmitted: int = 0
+    calls_expired: int = 0
+    skipped_in_flight: int = 0
+    stale_claims: int = 0
+    skipped_submitted: int = 0
+    runs_finished: int = 0
+    errors: int = 0
+    orphans_restored: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """The counters as a plain dict."""
+        return asdict(self)
+
+    def add(self, counts: DispatchCounts) -> None:
+        """Count in what the dispatcher did."""
+        count_into(self, counts, "runs_dispatched")
+
+    def line(self) -> str:
+        """The one-line summary."""
+        return (
+            f"runs: {self.runs_seen} runs seen, {self.runs_waiting} waiting; "
+            f"{self.calls_dispatched} calls dispatched in {self.runs_dispatched} runs, "
+            f"{self.calls_resubmitted} saved results resubmitted, {self.calls_expired} "
+            f"answered as expiring; skipped {self.skipped_in_flight} in flight "
+            f"({self.stale_claims} stale claims), {self.skipped_submitted} submitted; "
+            f"{self.runs_finished} runs finished; {self.errors} errors"
+            + (f"; {self.orphans_restored} orphaned calls redone" if self.orphans_restored else "")
+        )
+
+
+class RunsPoller:
+    """One pass over the runs, with its collaborators injected for tests."""
+
+    def __init__(
+        self,
+        client: AssistantsClient,
+        ledger: Ledger,
+        settings: Settings,
+        memo: DispatchMemo | None = None,
+        stop: threading.Event | None = None,
+        reaper: Reaper | None = None,
+    ) -> None:
+        self.client = client
+        self.ledger = ledger
+        self.settings = settings
+        self.stop = stop
+        self.watches = Watches(ledger.client)
+        self.dispatcher = Dispatcher(NAME, ledger, settings, memo, reaper, "run")
+        self.reported = OnceLog(log)
+
+    def poll_once(self) -> RunsSummary:
+        """Read every watched run and dispatch the phases that wait."""
+        summary = RunsSummary()
+        started = time.perf_counter()
+        self.dispatcher.begin_pass()
+        batches = [b for b in (self._watched(w, summary) for w in self.watches.all()) if b]
+        if self.settings.runs_discover == "threads" and self.client.config.lists_threads:
+            batches += self._discovered(summary, {(b.batch_id) for b in batches})
+        counts = DispatchCounts()
+        for start in range(0, len(batches), 100):
+            self.dispatcher.dispatch(batches[start : start + 100], counts)
+        summary.add(counts)
+        summary.orphans_restored = self.dispatcher.end_pass()
+        metrics.POLL_DURATION.observe(time.perf_counter() - started)
+        log.info("%s", summary.line(), extra=summary.as_dict())
+        return summary
+
+    def dispatch_run(self, run: Run, summary: RunsSummary | None = None) -> RunsSummary:
+        """Dispatch one run read elsewhere (a pushed event, ``POST /runs/watch``)."""
+        summary = summary if summary is not None else RunsSummary()
+        batch = self._batch(run, summary)
+        if batch is not None:
+            counts = DispatchCounts()
+            self.dispatcher.dispatch([batch], counts)
+            summary.add(counts)
+        return summary
+
+    def _stopping(self) -> bool:
+        return self.stop is not None and self.stop.is_set()
+
+    def _watched(self, watch: Watch, summary: RunsSummary) -> Batch | None:
+        if self._stopping():
+            return None
+        ids = f"thread_id={shown(watch.thread_id)} run_id={shown(watch.run_id)}"
+        try:
+            run = self.client.retrieve_run(watch.thread_id, watch.run_id)
+        except NotFoundError:
+            log.warning("%s no such run; no longer watched", ids)
+            self.watches.drop(watch.thread_id, watch.run_id)
+            return None
+        except APIError as exc:
+            summary.errors += 1
+            metrics.POLL_ERRORS.labels("run").inc()
+            self.reported.error(batch_id(watch.thread_id, watch.run_id), "%s %s", ids, exc)
+            return None
+        summary.runs_seen += 1
+        if run.finished or _past(run):
+            summary.runs_finished += 1
+            log.info("%s run is %s; no longer watched", ids, run.status)
+            self.watches.drop(watch.thread_id, watch.run_id)
+            return None
+        if watch.status != run.status:
+            self.watches.seen(watch, run.status)
+        return self._batch(run, summary)
+
+    def _discovered(self, summary: RunsSummary, known: set[str]) -> list[Batch]:
+        batches = []
+        try:
+            threads = list(self.client.list_threads(self.settings.runs_max_threads))
+        except APIError as exc:
+            summary.errors += 1
+            self.reported.error("threads", "listing threads failed: %s", exc)
+            return []
+        for thread_id in threads:
+            if self._stopping():
+                break
+            try:
+                runs = self.client.runs_of(thread_id, RUNS_PER_THREAD)
+            except APIError as exc:
+                summary.errors += 1
+                self.reported.error(thread_id, "thread_id=%s runs unreadable: %s", thread_id, exc)
+                continue
+            for run in runs:
+                summary.runs_seen += 1
+                if batch_id(run.thread_id, run.run_id) in known:
+                    continue
+                batch = self._batch(run, summary)
+                if batch is not None:
+                    batches.append(batch)
+        return batches
+
+    def _batch(self, run: Run, summary: RunsSummary) -> Batch | None:
+        """The batch of a waiting run's phase, or None while it does not wait."""
+        for problem in run.problems:
+            summary.errors += 1
+            metrics.POLL_ERRORS.labels("action").inc()
+            self.reported.error(
+                batch_id(run.thread_id, run.run_id),
+                "thread_id=%s run_id=%s unreadable tool call: %s",
+                shown(run.thread_id),
+                shown(run.run_id),
+                problem,
+            )
+        if not run.waiting or not run.tool_calls:
+            return None
+        summary.runs_waiting += 1
+        phase = phase_of([c.call_id for c in run.tool_calls])
+        calls = [self._call(phase, c.call_id, c.name, c.arguments) for c in run.tool_calls]
+        return Batch(
+            batch_id(run.thread_id, run.run_id),
+            calls,
+            expires_at=run.expires_at,
+            agent_id=run.assistant_id,
+            metadata=run.metadata,
+        )
+
+    def _call(self, phase: str, call_id: str, name: str, arguments: object) -> PendingCall:
+        problem = jsonsafe.check(
+            arguments,
+            max_depth=self.settings.max_depth,
+            max_bytes=self.settings.max_argument_bytes,
+        )
+        return PendingCall(
+            phase, call_id, name, None if problem is not None else arguments, problem
+        )
+
+
+def _past(run: Run) -> bool:
+    """Whether the run's own deadline has passed (it cannot take outputs any more)."""
+    return run.expires_at is not None and time.time() >= run.expires_at
+
+
+#: The dispatches of this process's runs poller, kept across passes.
+_MEMO = DispatchMemo()
+
+
+def runs_poller(reaper: Reaper | None = None) -> RunsPoller:
+    """A runs poller on this process's client, ledger and settings."""
+    return RunsPoller(get_client(), get_ledger(NAME), get_settings(), _MEMO, reaper=reaper)

@@ -1,0 +1,91 @@
+"""The runs toolfan watches: the Assistants protocol has no list of waiting runs.
+
+OpenAI and Azure OpenAI list no threads, so the application names the runs it starts
+(``toolfan runs watch``, :func:`toolfan.watch_run`, ``POST /runs/watch``). Each watch is
+one field of one Redis hash, keyed by the run's batch id; the poller reads them all every
+pass (one ``HGETALL``) and drops a watch once its run is over or past its ``expires_at``.
+The hash also keeps the status each run had when last seen, for ``toolfan runs list``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis
+
+from dispatcher.sources.assistants import NAME, batch_id, run_of
+from tasks import keys
+
+#: The hash of watched runs: batch id to ``{"since", "status", "seen_at"}``.
+WATCHES = f"{keys.scope(NAME)}:watches"
+#: Most runs one watch command may add (a typo'd loop must not fill Redis).
+MAX_PER_CALL = 10_000
+
+
+@dataclass(frozen=True)
+class Watch:
+    """One watched run and what the poller last saw of it."""
+
+    thread_id: str
+    run_id: str
+    since: float
+    status: str | None = None
+    seen_at: float | None = None
+
+
+class Watches:
+    """The watched runs, in the ledger's Redis."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+
+    def add(self, runs: Iterable[tuple[str, str]]) -> int:
+        """Watch these runs (again: a watch is kept, not reset); how many are new."""
+        pairs = list(runs)
+        if len(pairs) > MAX_PER_CALL:
+            raise ValueError(f"at most {MAX_PER_CALL} runs per call")
+        for thread_id, run_id in pairs:
+            if not thread_id or not run_id:
+                raise ValueError("a run is named by a non-empty thread id and run id")
+        now = time.time()
+        pipe = self.client.pipeline(transaction=False)
+        for thread_id, run_id in pairs:
+            pipe.hsetnx(WATCHES, batch_id(thread_id, run_id), json.dumps({"since": now}))
+        return sum(1 for added in pipe.execute() if added)
+
+    def all(self) -> list[Watch]:
+        """Every watch, oldest first."""
+        raw = cast(dict[str, str], self.client.hgetall(WATCHES))
+        watches = [w for w in (_watch(k, v) for k, v in raw.items()) if w is not None]
+        return sorted(watches, key=lambda w: w.since)
+
+    def seen(self, watch: Watch, status: str) -> None:
+        """Remember the status a run had when last read."""
+        value = {"since": watch.since, "status": status, "seen_at": time.time()}
+        self.client.hset(WATCHES, batch_id(watch.thread_id, watch.run_id), json.dumps(value))
+
+    def drop(self, thread_id: str, run_id: str) -> None:
+        """Stop watching a run."""
+        self.client.hdel(WATCHES, batch_id(thread_id, run_id))
+
+    def __len__(self) -> int:
+        return int(self.client.hlen(WATCHES))
+
+
+def _watch(key: Any, value: Any) -> Watch | None:
+    try:
+        thread_id, run_id = run_of(str(key))
+        data = json.loads(value)
+        return Watch(
+            thread_id,
+            run_id,
+            float(data["since"]),
+            data.get("status"),
+            data.get("seen_at"),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None

@@ -1,0 +1,113 @@
+"""The assistants source's pure parts: flavours, outputs, batch ids, and hostile runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dispatcher.errors import AuthenticationError, EndpointError
+from dispatcher.sources.assistants import batch_id, output_text, phase_of, run_of
+from dispatcher.sources.assistants_config import Flavour, flavour_of, load_config
+from dispatcher.sources.assistants_models import parse_run
+
+
+def test_the_flavour_follows_the_documented_precedence():
+    foundry = {"AZURE_AI_PROJECT_ENDPOINT": "https://x.services.ai.azure.com/api/projects/p"}
+    azure = {"AZURE_OPENAI_ENDPOINT": "https://x.openai.azure.com"}
+    assert flavour_of({}) is Flavour.OPENAI
+    assert flavour_of(azure) is Flavour.AZURE_OPENAI
+    assert flavour_of({**azure, **foundry}) is Flavour.FOUNDRY
+    assert flavour_of({**foundry, "TOOLFAN_ASSISTANTS_API": "azure-openai"}) is Flavour.AZURE_OPENAI
+    with pytest.raises(EndpointError, match="TOOLFAN_ASSISTANTS_API"):
+        flavour_of({"TOOLFAN_ASSISTANTS_API": "bedrock"})
+
+
+def test_each_flavour_builds_its_own_url_credential_and_version():
+    openai = load_config({"OPENAI_API_KEY": "sk-1"})
+    assert openai.base_url == "https://api.openai.com/v1"
+    assert openai.headers["OpenAI-Beta"] == "assistants=v2" and not openai.params
+    azure = load_config(
+        {"AZURE_OPENAI_ENDPOINT": "https://r.openai.azure.com/", "AZURE_OPENAI_API_KEY": "k"}
+    )
+    assert azure.base_url == "https://r.openai.azure.com/openai"
+    assert azure.headers["api-key"] == "k" and azure.params == {"api-version": "2024-07-01-preview"}
+    ad = load_config(
+        {
+            "AZURE_OPENAI_ENDPOINT": "https://r",
+            "AZURE_OPENAI_AD_TOKEN": "t",
+            "OPENAI_API_VERSION": "v9",
+        }
+    )
+    assert ad.headers["Authorization"] == "Bearer t" and ad.params == {"api-version": "v9"}
+    foundry = load_config(
+        {"AZURE_AI_PROJECT_ENDPOINT": "https://f/api/projects/p", "AZURE_AI_AGENTS_TOKEN": "e"}
+    )
+    assert (
+        foundry.params == {"api-version": "v1"} and foundry.headers["Authorization"] == "Bearer e"
+    )
+    assert "OpenAI-Beta" not in foundry.headers and foundry.lists_threads
+
+
+def test_a_missing_credential_or_endpoint_names_the_variable():
+    with pytest.raises(AuthenticationError) as no_key:
+        load_config({})
+    assert no_key.value.setting == "OPENAI_API_KEY"
+    with pytest.raises(AuthenticationError) as no_azure_key:
+        load_config({"AZURE_OPENAI_ENDPOINT": "https://r"})
+    assert no_azure_key.value.setting == "AZURE_OPENAI_API_KEY"
+    with pytest.raises(EndpointError) as bad:
+        load_config({"AZURE_OPENAI_ENDPOINT": "r.openai.azure.com", "AZURE_OPENAI_API_KEY": "k"})
+    assert bad.value.setting == "AZURE_OPENAI_ENDPOINT"
+
+
+def test_outputs_are_strings_and_failures_are_json_errors():
+    assert output_text({"success": True, "output": "5"}) == "5"
+    parts = [{"type": "input_text", "text": "a"}, {"type": "input_image", "image_url": "u"}]
+    assert output_text({"success": True, "output": parts}) == "a\n[image]"
+    assert json.loads(output_text({"success": False, "error": "no"})) == {"error": "no"}
+
+
+@pytest.mark.parametrize(
+    ("thread", "run"), [("t", "r"), ("t/x", "r"), ("t", "x/r"), ('a", "b', "c"), ("\ud800", "r")]
+)
+def test_batch_ids_name_their_run_injectively(thread, run):
+    assert run_of(batch_id(thread, run)) == (thread, run)
+    assert batch_id("t/x", "r") != batch_id("t", "x/r")
+
+
+def test_phases_are_named_by_their_calls_whatever_the_order():
+    assert phase_of(["b", "a"]) == phase_of(["a", "b"]) != phase_of(["a"])
+
+
+def test_a_hostile_run_is_read_without_raising():
+    waiting = {
+        "status": "requires_action",
+        "expires_at": 10**400,
+        "metadata": {"k": "v", "n": 5},
+        "required_action": {
+            "type": "submit_tool_outputs",
+            "submit_tool_outputs": {
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "add", "arguments": "{}"},
+                    },
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "add", "arguments": "{}"},
+                    },
+                    {"id": "c2", "type": "code_interpreter"},
+                    "junk",
+                    {"id": "", "function": {"name": "x"}},
+                ]
+            },
+        },
+    }
+    run = parse_run(waiting, "t", "r")
+    assert [c.call_id for c in run.tool_calls] == ["c1"]
+    assert len(run.problems) == 4
+    assert run.expires_at is None and run.metadata == {"k": "v"}
+    assert parse_run({"status": "requires_action"}, "t", "r").problems

@@ -1,0 +1,164 @@
+"""The ``assistants`` source end to end: runs watched, each phase submitted exactly once.
+
+Real processes throughout: ``toolfan worker`` and ``toolfan poll --interval`` with
+``TOOLFAN_SOURCES=assistants``, the emulator's runs over HTTP, default budgets. The Azure
+OpenAI and Foundry flavours are chosen only by the variables their SDKs use.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.runs_stack import ROOT, RunsStack
+from tests.services import wait_for
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory) -> Iterator[RunsStack]:
+    with RunsStack(tmp_path_factory.mktemp("runs")) as running:
+        yield running
+
+
+@pytest.fixture
+def state(stack: RunsStack):
+    stack.state.reset()
+    return stack.state
+
+
+def toolfan(stack: RunsStack, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dispatcher.cli", *args],
+        cwd=ROOT,
+        env=stack.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def watch(stack: RunsStack, *runs: dict) -> None:
+    ids = [x for run in runs for x in (run["thread_id"], run["id"])]
+    done = toolfan(stack, "runs", "watch", *ids)
+    assert done.returncode == 0, done.stderr
+
+
+def call(name: str, arguments, call_id: str | None = None) -> dict:
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"name": name, "arguments": text, "id": call_id or f"call_{uuid.uuid4().hex[:12]}"}
+
+
+def finished(state, run: dict, timeout: float = 60) -> dict:
+    def over():
+        now = state.run(run["thread_id"], run["id"])
+        return now if now["status"] in ("completed", "expired", "cancelled", "failed") else None
+
+    return wait_for(over, timeout, f"run {run['id']} to finish", 0.1)
+
+
+def outputs(state, run: dict) -> list[list[tuple[str, str]]]:
+    """Each applied submit's (call id, output) pairs, in the order sent."""
+    submits = state.submits(run["thread_id"], run["id"])
+    return [[(o["tool_call_id"], o["output"]) for o in s["tool_outputs"]] for s in submits]
+
+
+def test_every_phase_is_answered_once_in_the_run_s_order_with_errors_as_json(stack, state):
+    key = uuid.uuid4().hex
+    first = [
+        call("add", {"a": 2, "b": 3}, "call_add"),
+        call("add", "{not json", "call_bad_json"),
+        call("no_such_function", {}, "call_unknown"),
+        call("boom", {}, "call_boom"),
+        call("count", {"key": key}, "call_count"),
+    ]
+    second = [call("add", {"a": 30, "b": 4}, "call_second")]
+    run = state.create_run([first, second])
+    watch(stack, run)
+    assert finished(state, run)["status"] == "completed"
+    phases = outputs(state, run)
+    assert len(phases) == 2, "each phase is submitted exactly once"
+    assert [cid for cid, _ in phases[0]] == [c["id"] for c in first]
+    by_id = dict(phases[0])
+    assert by_id["call_add"] == "5"
+    assert by_id["call_count"] == "1"
+    for failing in ("call_bad_json", "call_unknown", "call_boom"):
+        assert set(json.loads(by_id[failing])) == {"error"}, by_id[failing]
+    assert "no_such_function" in json.loads(by_id["call_unknown"])["error"]
+    assert "kaboom" in json.loads(by_id["call_boom"])["error"]
+    assert phases[1] == [("call_second", "34")]
+    assert stack.redis().get(f"test:runs:{key}") == "1"
+    wait_for(lambda: not _watched(stack), 10, "the finished run to leave the watch list")
+
+
+def _watched(stack: RunsStack) -> list[dict]:
+    listed = toolfan(stack, "runs", "list")
+    assert listed.returncode == 0, listed.stderr
+    return [json.loads(line) for line in listed.stdout.splitlines()]
+
+
+def test_a_submit_whose_answer_was_lost_counts_as_delivered_and_is_not_repeated(stack, state):
+    state.set_faults(lost_202_rate=1.0, budget=1, endpoints=["submit_outputs"])
+    run = state.create_run([[call("add", {"a": 1, "b": 1})], [call("add", {"a": 2, "b": 2})]])
+    watch(stack, run)
+    assert finished(state, run)["status"] == "completed"
+    submits = state.submits(run["thread_id"], run["id"])
+    assert [s["lost"] for s in submits] == [True, False]  # the lost one was applied once
+    assert [o for phase in outputs(state, run) for _, o in phase] == ["2", "4"]
+
+
+def test_a_hundred_runs_through_500s_and_429s_and_two_pollers_each_phase_once(stack, state):
+    state.set_faults(
+        error_rate=0.2,
+        throttle_rate=0.1,
+        retry_after=0.2,
+        seed=3,
+        endpoints=["runs", "submit_outputs"],
+    )
+    runs = []
+    for i in range(100):
+        phases = [[call("add", {"a": i, "b": 1}), call("echo", {"text": f"r{i}"})]]
+        if i % 3 == 0:
+            phases.append([call("add", {"a": i, "b": 2})])
+        if i % 5 == 0:
+            phases[0].append(call("add", "{oops"))
+        runs.append(state.create_run(phases))
+    second = stack.service(["poll", "--interval", "0.3"], "poller2")  # two pollers race
+    second.wait_for_output("runs:", 60)
+    watch(stack, *runs)
+    for run in runs:
+        assert finished(state, run, 120)["status"] == "completed"
+    for i, run in enumerate(runs):
+        phases = outputs(state, run)
+        assert len(phases) == (2 if i % 3 == 0 else 1), run["id"]
+        assert phases[0][0][1] == str(i + 1) and phases[0][1][1] == f"r{i}"
+
+
+def test_a_cancelled_run_runs_nothing_and_gets_nothing(stack, state):
+    key = uuid.uuid4().hex
+    run = state.create_run([[call("count", {"key": key})]])
+    state.cancel_run(run["thread_id"], run["id"])
+    watch(stack, run)
+    wait_for(lambda: not _watched(stack), 15, "the cancelled run to leave the watch list")
+    assert state.submits(run["thread_id"], run["id"]) == []
+    assert stack.redis().get(f"test:runs:{key}") is None
+
+
+def test_a_run_expiring_while_a_tool_is_slow_gets_timeout_outputs_before_it_expires(stack, state):
+    # A 30 s tool in a run that expires 25 s after creation: TOOLFAN_EXPIRY_MARGIN (15 s)
+    # before expires_at the phase is answered, the slow call with a timeout error.
+    key = uuid.uuid4().hex
+    slow = call("private_long", {"key": key, "seconds": 30}, "call_slow")
+    quick = call("add", {"a": 1, "b": 2}, "call_quick")
+    run = state.create_run([[slow, quick]], expires_in=25)
+    watch(stack, run)
+    wait_for(lambda: state.submits(run["thread_id"], run["id"]), 30, "the timeout outputs", 0.2)
+    (submit,) = state.submits(run["thread_id"], run["id"])
+    assert submit["received_at"] < run["expires_at"]
+    got = {o["tool_call_id"]: o["output"] for o in submit["tool_outputs"]}
+    assert got["call_quick"] == "3"
+    assert "did not finish before" in json.loads(got["call_slow"])["error"]

@@ -1,0 +1,24 @@
+"""The public ``toolfan`` package: what applications import."""
+
+from __future__ import annotations
+
+import toolfan
+
+
+def test_the_public_names_are_sorted_complete_and_typed():
+    public = sorted(n for n in vars(toolfan) if not n.startswith("_") and n != "runs")
+    assert toolfan.__all__ == sorted(toolfan.__all__)
+    assert sorted(toolfan.__all__) == public
+    from importlib.resources import files
+
+    assert files("toolfan").joinpath("py.typed").is_file()
+
+
+def test_watch_run_hands_a_run_to_the_pollers_once(redis_client):
+    from dispatcher.sources.assistants_watch import Watches
+
+    assert toolfan.watch_run("thread_1", "run_1") is True
+    assert toolfan.watch_run("thread_1", "run_1") is False  # watching twice is harmless
+    assert toolfan.watch_runs([("thread_1", "run_1"), ("thread/2", "run:2")]) == 1
+    watched = {(w.thread_id, w.run_id) for w in Watches(redis_client).all()}
+    assert watched == {("thread_1", "run_1"), ("thread/2", "run:2")}

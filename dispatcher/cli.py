@@ -208,14 +208,16 @@ def _cmd_demo(args: argparse.Namespace, rest: list[str]) -> int:
     """Run the local end-to-end demo."""
     from dispatcher.demo import run_demo
 
-    return run_demo(args.sessions, args.timeout)
+    return run_demo(args.sessions, args.timeout, args.runs)
 
 
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
-        "demo", help="start Redis, the emulator, a worker and a poller; answer seeded sessions"
+        "demo",
+        help="start Redis, the emulator, a worker and a poller; answer seeded sessions and runs",
     )
     p.add_argument("--sessions", type=int, default=50, help="sessions to seed (50)")
+    p.add_argument("--runs", type=int, default=10, help="Assistants runs to start (10)")
     p.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for answers")
     p.set_defaults(command=_cmd_demo, passthrough=False)
 

@@ -1,13 +1,15 @@
 """``toolfan demo``: the whole path on one machine, seeded, watched and summarised.
 
-Starts (or reuses) Redis, the emulator, a worker and a poller; seeds sessions whose calls
-cover every outcome (valid, invalid arguments, unknown function, a failing tool, an
-approval request that must stay untouched, two turns in one session); shows progress while
-they are answered; prints a summary table; and stops everything it started.
+Starts (or reuses) Redis, the emulator, a worker and a poller of both sources; seeds
+Agents sessions whose calls cover every outcome (valid, invalid arguments, unknown
+function, a failing tool, an approval request that must stay untouched, two turns in one
+session) and Assistants runs of one or two phases, watched as an application would; shows
+progress while they are answered; prints a summary table; and stops everything it started.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import sys
@@ -21,10 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import redis
 
 from dispatcher.devstack import Service, free_port, private_redis, redis_answers
 
 SESSIONS = 50
+RUNS = 10
 TIMEOUT = 90.0
 _APPROVAL = {
     "type": "mcp_approval_request",
@@ -80,21 +84,64 @@ def seed(admin: httpx.Client, count: int) -> Seeded:
     return seeded
 
 
+def run_phases(i: int) -> list[list[dict[str, Any]]]:
+    """The phases of demo run ``i``: a lookup, then (every other run) a forecast."""
+    first = [
+        {"name": "get_customer", "arguments": json.dumps({"customer_id": "123"})},
+        {"name": "get_weather", "arguments": json.dumps({"city": "Oslo"})},
+    ]
+    if i % 4 == 3:
+        first.append({"name": "get_weather", "arguments": "{not json"})  # invalid JSON
+    second = [{"name": "get_weather", "arguments": json.dumps({"city": "Lima"})}]
+    return [first, second] if i % 2 else [first]
+
+
+def seed_runs(admin: httpx.Client, count: int, redis_url: str) -> dict[tuple[str, str], int]:
+    """Create the demo runs and watch them; their phase counts by (thread, run)."""
+    from dispatcher.sources.assistants_watch import Watches
+
+    phases: dict[tuple[str, str], int] = {}
+    for i in range(count):
+        run = admin.post("/runs", json={"phases": run_phases(i)}).raise_for_status().json()
+        phases[(run["thread_id"], run["id"])] = len(run_phases(i))
+    with redis.Redis.from_url(redis_url, decode_responses=True) as client:
+        Watches(client).add(phases)
+    return phases
+
+
+def runs_done(admin: httpx.Client, runs: dict[tuple[str, str], int]) -> int:
+    """How many demo runs completed."""
+    data = admin.get("/runs").raise_for_status().json()["data"]
+    return sum(
+        1 for r in data if (r["thread_id"], r["run_id"]) in runs and r["status"] == "completed"
+    )
+
+
+def run_submits(admin: httpx.Client, runs: dict[tuple[str, str], int]) -> list[dict[str, Any]]:
+    """The accepted submits of the demo runs."""
+    data: list[dict[str, Any]] = admin.get("/submits").raise_for_status().json()["data"]
+    return [s for s in data if (s["thread_id"], s["run_id"]) in runs]
+
+
 def batches_of(admin: httpx.Client, sessions: set[str] | dict[str, Any]) -> list[dict[str, Any]]:
     """The accepted batches of the given sessions."""
     data: list[dict[str, Any]] = admin.get("/batches").raise_for_status().json()["data"]
     return [b for b in data if b["session_id"] in sessions]
 
 
-def watch(admin: httpx.Client, seeded: Seeded, timeout: float) -> list[dict[str, Any]]:
-    """Print progress until every seeded session has a batch; returns the batches."""
+def watch(
+    admin: httpx.Client, seeded: Seeded, runs: dict[tuple[str, str], int], timeout: float
+) -> list[dict[str, Any]]:
+    """Print progress until every session has a batch and every run completed."""
     deadline, total = time.monotonic() + timeout, len(seeded.at)
     while True:
         batches = batches_of(admin, seeded.at)
         done = len({b["session_id"] for b in batches})
-        end = "\n" if done == total or not sys.stdout.isatty() else "\r"
-        print(f"answered {done}/{total} sessions", end=end, flush=True)
-        if done == total or time.monotonic() > deadline:
+        finished = runs_done(admin, runs)
+        over = done == total and finished == len(runs)
+        end = "\n" if over or not sys.stdout.isatty() else "\r"
+        print(f"answered {done}/{total} sessions, {finished}/{len(runs)} runs", end=end, flush=True)
+        if over or time.monotonic() > deadline:
             return batches
         time.sleep(0.5)
 
@@ -124,6 +171,7 @@ def _env(redis_url: str, port: int, workdir: Path) -> dict[str, str]:
         "TOOLFAN_REDIS_URL": redis_url,
         "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1",
         "OPENAI_API_KEY": "demo",
+        "TOOLFAN_SOURCES": "agents,assistants",
         "TOOLFAN_EXAMPLES_DB": str(workdir / "examples.sqlite3"),
     }
     env.pop("TOOLFAN_BROKER_URL", None)
@@ -132,8 +180,8 @@ def _env(redis_url: str, port: int, workdir: Path) -> dict[str, str]:
 
 
 @contextmanager
-def stack(workdir: Path) -> Iterator[str]:
-    """Redis, emulator, worker and poller; yields the emulator's admin URL."""
+def stack(workdir: Path) -> Iterator[tuple[str, str]]:
+    """Redis, emulator, worker and poller; yields the emulator's admin URL and Redis's."""
     with ExitStack() as stop:
         url = os.environ.get("TOOLFAN_REDIS_URL", "redis://localhost:6379/0")
         if not redis_answers(url):
@@ -149,29 +197,40 @@ def stack(workdir: Path) -> Iterator[str]:
             stop.callback(service.stop)
             print(f"starting {name} (log: {service.log_path})", flush=True)
             service.wait_for_output(ready, 60)
-        yield f"http://127.0.0.1:{port}/_emulator"
+        yield f"http://127.0.0.1:{port}/_emulator", url
 
 
-def run_demo(sessions: int = SESSIONS, timeout: float = TIMEOUT) -> int:
-    """Run the demo; 0 when every session was answered exactly once."""
-    with tempfile.TemporaryDirectory(prefix="toolfan-demo-") as tmp, stack(Path(tmp)) as url:
-        with httpx.Client(base_url=url, timeout=10) as admin:
-            seeded = seed(admin, sessions)
-            calls = sum(seeded.calls.values())
-            print(
-                f"seeded {sessions} sessions with {calls} calls, and one approval request "
-                "to leave alone",
-                flush=True,
-            )
-            batches = watch(admin, seeded, timeout)
-            left_alone = not batches_of(admin, set(seeded.untouched))
-        table, once = summary(seeded, batches)
-        print(table)
-        ok = once and left_alone
+def run_demo(sessions: int = SESSIONS, timeout: float = TIMEOUT, runs: int = RUNS) -> int:
+    """Run the demo; 0 when every session and every run phase was answered exactly once."""
+    with (
+        tempfile.TemporaryDirectory(prefix="toolfan-demo-") as tmp,
+        stack(Path(tmp)) as (url, redis_url),
+        httpx.Client(base_url=url, timeout=10) as admin,
+    ):
+        seeded = seed(admin, sessions)
+        calls = sum(seeded.calls.values())
         print(
-            "demo: every session answered exactly once, the approval request left alone"
-            if ok
-            else "demo: FAILED: see the table above and the logs",
+            f"seeded {sessions} sessions with {calls} calls, and one approval request "
+            "to leave alone",
             flush=True,
         )
+        watched = seed_runs(admin, runs, redis_url)
+        print(f"started and watched {runs} Assistants runs", flush=True)
+        batches = watch(admin, seeded, watched, timeout)
+        left_alone = not batches_of(admin, set(seeded.untouched))
+        submits = run_submits(admin, watched)
+        done = runs_done(admin, watched)
+    table, once = summary(seeded, batches)
+    print(table)
+    print(f"  {'runs':<20} {runs:>10}")
+    print(f"  {'run phases submitted':<20} {len(submits):>10}")
+    runs_once = done == runs and len(submits) == sum(watched.values())
+    ok = once and left_alone and runs_once
+    print(
+        "demo: every session answered exactly once, every run phase submitted once, the "
+        "approval request left alone"
+        if ok
+        else "demo: FAILED: see the table above and the logs",
+        flush=True,
+    )
     return 0 if ok else 1

@@ -29,6 +29,8 @@ class Outcome(StrEnum):
     POISON = "poison"
     REFUSED = "refused"
     """The API refused the result as sent; an error explaining that went in its place."""
+    CANCELLED = "cancelled"
+    """The call's batch ended (its run was cancelled or expired) before the call began."""
 
 
 class InputText(BaseModel):

@@ -33,7 +33,7 @@ from handlers.runner import (
     unknown_function,
     where,
 )
-from tasks import liveness, metrics
+from tasks import liveness, metrics, sources
 from tasks.app import app
 from tasks.config import hard_limit
 from tasks.envelope import LEGACY_SOURCE, Envelope
@@ -58,7 +58,15 @@ SAVE_BACKOFF = (0.05, 1.0)
 @cache
 def get_ledger(source: str) -> Ledger:
     """The ledger of ``source`` in this process, on ``TOOLFAN_REDIS_URL`` (one client)."""
-    return _ledger().scoped(source)
+    return _ledger().scoped(source, _batches_end(source))
+
+
+def _batches_end(source: str) -> bool:
+    """Whether the source says its batches can end unanswered (a cancelled run)."""
+    try:
+        return bool(getattr(sources.get(source), "batches_end", False))
+    except sources.UnknownSource:
+        return False
 
 
 @cache
@@ -90,6 +98,9 @@ def execute_call(
     """
     context = _ids(ledger.source, ref, name)
     begin = ledger.begin(ref, name, worker)
+    if begin.ended is not None:
+        log.info("%s not run: %s", where(context), begin.ended, extra=context)
+        return CallResult.fail(Outcome.CANCELLED, f"Not run: {begin.ended}")
     if begin.saved is not None:
         log.info("%s returning saved result", where(context), extra=context)
         return begin.saved

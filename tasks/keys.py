@@ -85,6 +85,11 @@ def dispatch(source: str, batch_id: str) -> str:
     return f"{scope(source)}:dispatch:{batch_tag(batch_id)}"
 
 
+def gone(source: str, batch_id: str) -> str:
+    """String saying a batch ended before it was answered (a run cancelled, expired)."""
+    return f"{scope(source)}:gone:{batch_tag(batch_id)}"
+
+
 #: SCAN patterns over every source: all call records, all claims.
 ALL_CALLS = f"{PREFIX}:{VERSION}:*:call:*"
 ALL_CLAIMS = f"{PREFIX}:{VERSION}:*:claim:*"

@@ -80,6 +80,8 @@ class Begin:
     saved: CallResult | None
     attempts: int
     previous_worker: str | None = None
+    ended: str | None = None
+    """Why the call's batch ended before it was answered, if it did: the call is not run."""
 
 
 @dataclass(frozen=True)
@@ -160,10 +162,14 @@ class CallRecord:
 class Ledger:
     """Call records and batch claims of one source in Redis."""
 
-    def __init__(self, client: redis.Redis, ttl: int, source: str) -> None:
+    def __init__(
+        self, client: redis.Redis, ttl: int, source: str, batches_end: bool = False
+    ) -> None:
         self.client = client
         self.ttl = ttl
         self.source = source
+        #: Whether this source's batches can end unanswered (then ``begin`` checks).
+        self.batches_end = batches_end
         self._begin = client.register_script(BEGIN)
         self._finish = client.register_script(FINISH)
         self._submitted = client.register_script(MARK_SUBMITTED)
@@ -179,9 +185,11 @@ class Ledger:
         """A ledger of ``source`` on the Redis at ``url``."""
         return cls(redis.Redis.from_url(url, decode_responses=True), ttl, source)
 
-    def scoped(self, source: str) -> Ledger:
+    def scoped(self, source: str, batches_end: bool = False) -> Ledger:
         """The same Redis and settings, for another source's batches."""
-        return self if source == self.source else Ledger(self.client, self.ttl, source)
+        if source == self.source and batches_end == self.batches_end:
+            return self
+        return Ledger(self.client, self.ttl, source, batches_end)
 
     def key(self, ref: CallRef) -> str:
         """The key of a call's record."""
@@ -195,11 +203,20 @@ class Ledger:
 
     def begin(self, ref: CallRef, name: str, worker: str = "") -> Begin:
         """Mark an attempt started by ``worker``, unless the call has a saved result."""
+        keys_ = [self.key(ref)]
+        if self.batches_end:
+            keys_.append(keys.gone(self.source, ref.batch_id))
         state, result, attempts, previous = self._run(
-            self._begin, [self.key(ref)], [time.time(), self.ttl, scrub(name), ref.ids, worker]
+            self._begin, keys_, [time.time(), self.ttl, scrub(name), ref.ids, worker]
         )
+        if state == "gone":
+            return Begin(None, 0, None, str(result))
         saved = CallResult.model_validate_json(result) if state == "done" else None
         return Begin(saved, int(attempts), previous or None)
+
+    def end_batch(self, batch_id: str, reason: str) -> None:
+        """Say a batch ended unanswered: calls of it not yet begun will not run."""
+        self._call(self.client.set, keys.gone(self.source, batch_id), scrub(reason), ex=self.ttl)
 
     def finish(self, ref: CallRef, result: CallResult) -> CallResult:
         """Save a result; the first saved result wins and is returned to every caller."""

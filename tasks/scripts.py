@@ -6,10 +6,16 @@ original, or two pollers racing for a session, always see a consistent record.
 
 # ARGV: time, TTL, name, ids, the worker beginning it. Returns the state, the saved result,
 # the attempts, and the worker that began the previous attempt (to tell a live one).
+# KEYS[2], for sources whose batches can end unanswered, says the batch ended ('gone'):
+# a call not yet begun is then not run at all.
 BEGIN = """
 local result = redis.call('HGET', KEYS[1], 'result')
 if result then
   return {'done', result, tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0'), false}
+end
+if KEYS[2] then
+  local ended = redis.call('GET', KEYS[2])
+  if ended then return {'gone', ended, 0, false} end
 end
 local previous = redis.call('HGET', KEYS[1], 'worker')
 local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)

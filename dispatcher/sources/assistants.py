@@ -102,6 +102,8 @@ class AssistantsSource:
     """
 
     name = NAME
+    #: A run can be cancelled, fail or expire before its phase is answered.
+    batches_end = True
 
     def __init__(self, client: AssistantsClient | None = None) -> None:
         self._client = client

@@ -144,6 +144,10 @@ class RunsPoller:
         if run.finished or _past(run):
             summary.runs_finished += 1
             log.info("%s run is %s; no longer watched", ids, run.status)
+            if run.status != "completed":  # its queued calls must not run any more
+                self.ledger.end_batch(
+                    batch_id(run.thread_id, run.run_id), f"the run is {run.status}"
+                )
             self.watches.drop(watch.thread_id, watch.run_id)
             return None
         if watch.status != run.status:

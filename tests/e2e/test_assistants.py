@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -162,3 +163,20 @@ def test_a_run_expiring_while_a_tool_is_slow_gets_timeout_outputs_before_it_expi
     got = {o["tool_call_id"]: o["output"] for o in submit["tool_outputs"]}
     assert got["call_quick"] == "3"
     assert "did not finish before" in json.loads(got["call_slow"])["error"]
+
+
+def test_calls_still_queued_when_their_run_is_cancelled_are_not_run(stack, state):
+    # The stack's worker runs 4 calls at a time: of 8 calls of 3 s, 4 start and 4 wait in
+    # the queue. The run is cancelled as soon as the first starts; the waiting 4 must not
+    # run, and the run gets nothing.
+    keys = [uuid.uuid4().hex for _ in range(8)]
+    run = state.create_run([[call("slow_count", {"key": k, "seconds": 3}) for k in keys]])
+    watch(stack, run)
+    client = stack.redis()
+    wait_for(lambda: any(client.get(f"test:runs:{k}") for k in keys), 30, "a call to start")
+    state.cancel_run(run["thread_id"], run["id"])
+    wait_for(lambda: not _watched(stack), 15, "the cancelled run to leave the watch list")
+    time.sleep(8)  # the started calls finish; the queued ones are taken and refused
+    ran = [k for k in keys if client.get(f"test:runs:{k}")]
+    assert 1 <= len(ran) <= 4, f"{len(ran)} of 8 calls ran after the cancel"
+    assert state.submits(run["thread_id"], run["id"]) == []

@@ -28,3 +28,12 @@ def test_each_azure_flavour_end_to_end(flavour, tmp_path: Path):
         assert [o for phase in outputs(other.state, run) for _, o in phase] == ["9", "x"]
         time.sleep(0.5)
         assert len(other.state.submits(run["thread_id"], run["id"])) == 2
+
+
+def test_foundry_runs_are_found_through_the_thread_list_without_a_watch(tmp_path: Path):
+    with RunsStack(tmp_path, "foundry", TOOLFAN_RUNS_DISCOVER="threads") as other:
+        runs = [other.state.create_run([[call("add", {"a": i, "b": i})]]) for i in range(3)]
+        for i, run in enumerate(runs):
+            assert finished(other.state, run)["status"] == "completed"
+            assert [o for phase in outputs(other.state, run) for _, o in phase] == [str(2 * i)]
+        assert other.state.requests("/threads", method="GET")  # found by listing threads

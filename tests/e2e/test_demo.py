@@ -38,5 +38,8 @@ def test_demo_answers_every_session_and_cleans_up(redis_client):
         if line.startswith("  ") and line.split()[0] in {"sessions", "batches"}
     )
     assert table == {"sessions": "12", "batches": "12"}
+    assert "every run phase submitted once" in lines[-1]
+    assert "  runs                         10" in lines
+    assert "  run phases submitted         15" in lines
     workdir = re.search(r"log: (/\S+)/emulator\.log", out.stdout).group(1)
     assert processes_mentioning(workdir) == []

@@ -122,3 +122,18 @@ def test_finish_without_begin_still_gets_a_ttl(ledger, redis_client):
     r = ref()
     ledger.finish(r, CallResult.fail(Outcome.TIMEOUT, "late"))
     assert 0 < redis_client.ttl(ledger.key(r)) <= 3600
+
+
+def test_a_batch_that_ended_stops_calls_not_yet_begun_but_keeps_saved_results(redis_client):
+    runs = Ledger(redis_client, ttl=3600, source="assistants", batches_end=True)
+    done, waiting = CallRef("b", "p", "c1"), CallRef("b", "p", "c2")
+    runs.begin(done, "add")
+    runs.finish(done, CallResult.ok("1"))
+    runs.end_batch("b", "the run is cancelled")
+    assert runs.begin(waiting, "add").ended == "the run is cancelled"
+    assert runs.record(waiting) is None  # not even recorded as started
+    assert runs.begin(done, "add").saved == CallResult.ok("1")
+    unaware = Ledger(
+        redis_client, ttl=3600, source="assistants"
+    )  # a source whose batches never end
+    assert unaware.begin(waiting, "add").ended is None

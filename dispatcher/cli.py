@@ -225,7 +225,7 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _cmd_inspect(args: argparse.Namespace, rest: list[str]) -> int:
     """Print the ledger's view of one session as JSON."""
     from dispatcher.sources.agents import SOURCE
-    from tasks.execute import get_ledger
+    from tasks.runtime import get_ledger
 
     AGENTS = SOURCE.name
     from tasks.report import inspect_session
@@ -238,7 +238,7 @@ def _cmd_inspect(args: argparse.Namespace, rest: list[str]) -> int:
 def _cmd_status(args: argparse.Namespace, rest: list[str]) -> int:
     """Print fleet-wide counts from the ledger."""
     from dispatcher.sources.agents import SOURCE
-    from tasks.execute import get_ledger
+    from tasks.runtime import get_ledger
 
     AGENTS = SOURCE.name
     from tasks.report import fleet_status
@@ -404,7 +404,7 @@ def _cmd_runs(args: argparse.Namespace, rest: list[str]) -> int:
     """Watch runs of the Assistants protocol, or list the watched ones."""
     from dispatcher.sources.assistants import NAME
     from dispatcher.sources.assistants_watch import Watches
-    from tasks.execute import get_ledger
+    from tasks.runtime import get_ledger
 
     watches = Watches(get_ledger(NAME).client)
     if args.action == "watch":

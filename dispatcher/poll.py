@@ -26,10 +26,10 @@ from handlers.text import shown
 from tasks import metrics
 from tasks.app import app
 from tasks.dispatch import Batch, DispatchCounts, Dispatcher, PendingCall, count_into
-from tasks.execute import get_ledger
 from tasks.ledger import Ledger
 from tasks.liveness import Reaper
 from tasks.memo import DispatchMemo
+from tasks.runtime import get_ledger
 from tasks.settings import Settings, get_settings
 
 log = logging.getLogger("toolfan.poll")

@@ -25,7 +25,7 @@ from celery.result import AsyncResult, GroupResult
 from handlers.result import CallResult, Outcome
 from handlers.text import shown
 from tasks.app import app
-from tasks.envelope import Envelope
+from tasks.envelope import Delivery, Envelope
 from tasks.execute import call_signature, result_payload, tool_timeout
 from tasks.ledger import FINAL_STATES, BatchView, CallRef, CallStatus, Dispatch, Ledger
 from tasks.liveness import Reaper
@@ -372,15 +372,17 @@ class Dispatcher:
         calls = [[c.turn_id, c.call_id] for c, _ in pending]
         saved = [result_payload(_ref(bid, c), c.name, s.result) for c, s in pending if s.result]
         to_run = [c for c, s in pending if s.result is None]
-        body = submit.s(
-            session_id=bid,
-            token=dispatch.token,
-            calls=calls,
-            lease_ms=dispatch.lease_ms,
-            saved=saved,
-            first_seen=dispatch.first_seen,
+        delivery = Delivery(
             source=self.source,
-        ).set(**UNSTORED, **submit_reprs(bid, len(calls)))
+            batch_id=bid,
+            token=dispatch.token,
+            calls=tuple((turn, call) for turn, call in calls),
+            lease_ms=dispatch.lease_ms,
+            first_seen=dispatch.first_seen,
+        )
+        body = submit.s(batch=delivery.to_wire(), saved=saved).set(
+            **UNSTORED, **submit_reprs(bid, len(calls), self.source)
+        )
         if to_run:
             header = [
                 call_signature(self._envelope(batch, c, dispatch)).set(**UNSTORED) for c in to_run

@@ -121,3 +121,61 @@ class Envelope:
                 "problem": problem,
             }
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """The envelope of one batch's delivery: what a ``submit`` message carries, by name.
+
+    Attributes:
+        source: The source that delivers it.
+        batch_id: The batch.
+        token: The claim token of the dispatch that sent it (a later dispatch's submit
+            wins; this one then stands down).
+        calls: The (turn id, call id) of every call the batch answers.
+        lease_ms: The claim's lease, renewed while delivering.
+        first_seen: When the batch was first dispatched (for the time-to-submit metric).
+    """
+
+    source: str
+    batch_id: str
+    token: str
+    calls: tuple[tuple[str, str], ...]
+    lease_ms: int
+    first_seen: float | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message form, by name."""
+        wire: dict[str, Any] = {
+            "source": self.source,
+            "batch_id": self.batch_id,
+            "token": self.token,
+            "calls": [list(c) for c in self.calls],
+            "lease_ms": self.lease_ms,
+        }
+        if self.first_seen is not None:
+            wire["first_seen"] = self.first_seen
+        return wire
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> Delivery:
+        """Read a message's delivery envelope.
+
+        Raises:
+            BadEnvelope: a field is missing or of the wrong type.
+        """
+        missing = [k for k in ("source", "batch_id", "token", "lease_ms") if wire.get(k) is None]
+        if missing:
+            raise BadEnvelope(f"not a delivery envelope: no {', '.join(missing)}")
+        try:
+            calls = tuple((str(t), str(c)) for t, c in wire["calls"])
+            return cls(
+                source=str(wire["source"]),
+                batch_id=str(wire["batch_id"]),
+                token=str(wire["token"]),
+                calls=calls,
+                lease_ms=int(wire["lease_ms"]),
+                first_seen=wire.get("first_seen"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BadEnvelope(f"not a delivery envelope: {exc}") from exc

@@ -14,13 +14,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from functools import cache
 from typing import Any
 
 from celery import Task
 from celery.canvas import Signature
 
-from handlers.limits import Limits
 from handlers.registry import Registry
 from handlers.result import CallResult, Outcome
 from handlers.runner import (
@@ -33,14 +31,14 @@ from handlers.runner import (
     unknown_function,
     where,
 )
-from tasks import liveness, metrics, sources
+from tasks import liveness, metrics
 from tasks.app import app
 from tasks.config import hard_limit
-from tasks.envelope import LEGACY_SOURCE, Envelope
+from tasks.envelope import Envelope
 from tasks.ledger import Begin, CallRef, Ledger, LedgerError
 from tasks.queues import EXECUTE_TASK, execute_queue
+from tasks.runtime import batch_label, get_ledger, get_limits
 from tasks.settings import get_settings, load_registry
-from tasks.upgrade import ensure_upgraded
 
 log = logging.getLogger("toolfan.execute")
 
@@ -53,28 +51,6 @@ HIDDEN = "<arguments hidden>"
 SAVE_MARGIN = 0.5
 #: First and longest pause between attempts to save a result while the ledger is down.
 SAVE_BACKOFF = (0.05, 1.0)
-
-
-@cache
-def get_ledger(source: str) -> Ledger:
-    """The ledger of ``source`` in this process, on ``TOOLFAN_REDIS_URL`` (one client)."""
-    return _ledger().scoped(source, _batches_end(source))
-
-
-def _batches_end(source: str) -> bool:
-    """Whether the source says its batches can end unanswered (a cancelled run)."""
-    try:
-        return bool(getattr(sources.get(source), "batches_end", False))
-    except sources.UnknownSource:
-        return False
-
-
-@cache
-def _ledger() -> Ledger:
-    settings = get_settings()
-    ledger = Ledger.from_url(settings.redis_url, settings.ledger_ttl, LEGACY_SOURCE)
-    ensure_upgraded(ledger.client)  # records of the version before sources, moved first
-    return ledger
 
 
 def execute_call(
@@ -255,12 +231,6 @@ def _produce(
     return run_call(tool, args, context, limits)
 
 
-@cache
-def get_limits() -> Limits:
-    """The limits of this process, from the ``TOOLFAN_MAX_*`` settings."""
-    return get_settings().limits
-
-
 def crashed(name: str, exc: BaseException) -> CallResult:
     """The result of a call whose handling raised where nothing should have."""
     return failed(
@@ -362,10 +332,10 @@ def _guarded(ledger: Ledger, ref: CallRef, name: str, exc: BaseException) -> Cal
 
 
 def _ids(source: str, ref: CallRef, name: str) -> dict[str, Any]:
-    """A call's identity in log lines and their JSON fields."""
+    """A call's identity in log lines and their JSON fields (the batch by its source's name)."""
     return {
         "source": source,
-        "batch_id": ref.batch_id,
+        batch_label(source): ref.batch_id,
         "turn_id": ref.turn_id,
         "call_id": ref.call_id,
         "function": name,

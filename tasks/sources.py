@@ -33,6 +33,8 @@ class Source(Protocol):
     """
 
     name: str
+    #: Optional: ``batch_label`` (what log lines call a batch id, default ``batch_id``) and
+    #: ``batches_end`` (whether a batch can end unanswered, default False).
 
     def deliver(self, batch_id: str, results: Sequence[Mapping[str, Any]]) -> Delivered:
         """Send every result of one batch in one delivery.

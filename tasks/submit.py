@@ -36,9 +36,10 @@ from handlers.text import clip, shown
 from tasks import metrics, sources
 from tasks.app import app
 from tasks.delivery import DeliveryError, Misconfigured, Refused, RetryLater
-from tasks.execute import get_ledger
+from tasks.envelope import Delivery
 from tasks.ledger import CallRef, Ledger, LedgerError
 from tasks.queues import SUBMIT_TASK
+from tasks.runtime import get_ledger
 from tasks.settings import get_settings, load_registry
 
 log = logging.getLogger("toolfan.submit")
@@ -202,31 +203,36 @@ def _count_abandoned(results: Sequence[Mapping[str, Any]]) -> None:
     metrics.ABANDONED.inc(len(results))
 
 
-def submit_reprs(session_id: str, calls: int) -> dict[str, Any]:
-    """What task events (Flower) show of a submit: the session and a count.
+def submit_reprs(batch_id: str, calls: int, source: str = DEFAULT_SOURCE) -> dict[str, Any]:
+    """What task events (Flower) show of a submit: the source, the batch and a count.
 
     Never the results' values or the claim's token.
     """
-    session = repr(session_id) if len(session_id) <= 80 else repr(session_id[:77] + "...")
+    batch = repr(batch_id) if len(batch_id) <= 80 else repr(batch_id[:77] + "...")
+    shown = f"'source': {source!r}, 'batch_id': {batch}, 'calls': {calls}, 'token': <hidden>"
     return {
         "argsrepr": f"(<results of {calls} call(s)>)",
-        "kwargsrepr": f"{{'session_id': {session}, 'calls': {calls}, 'token': <hidden>}}",
+        "kwargsrepr": f"{{'batch': {{{shown}}}}}",
     }
 
 
 @app.task(name=SUBMIT_TASK, bind=True, max_retries=None)
 def submit(
     self: Task[Any, Any],
+    /,
     results: list[dict[str, Any]],
-    session_id: str,
-    token: str,
-    calls: list[list[str]],
-    lease_ms: int,
+    batch: Mapping[str, Any] | None = None,
     saved: list[dict[str, Any]] | None = None,
-    first_seen: float | None = None,
-    source: str = DEFAULT_SOURCE,
+    **legacy: Any,
 ) -> str:
-    """Chord callback: deliver a batch's results (header results plus ``saved`` ones)."""
+    """Chord callback: deliver a batch's results (header results plus ``saved`` ones).
+
+    ``batch`` is the :class:`~tasks.envelope.Delivery`; a message of the version before
+    envelopes names its fields one by one (``session_id``, ``token``, ...), still read.
+    """
+    delivery = Delivery.from_wire(batch if batch is not None else _legacy(legacy))
+    session_id, token, source = delivery.batch_id, delivery.token, delivery.source
+    calls, lease_ms, first_seen = delivery.calls, delivery.lease_ms, delivery.first_seen
     try:
         results = [*(saved or []), *results]
         outcome = submit_results(
@@ -249,8 +255,20 @@ def submit(
         delay = min(60.0, 2.0**self.request.retries) * random.uniform(0.5, 1.0)  # noqa: S311
         retry = self.request.retries + 1
         log.warning("session_id=%s submit retry %d in %.1fs: %s", sid, retry, delay, exc)
-        reprs = submit_reprs(session_id, len(calls))  # a retry would show every value
+        reprs = submit_reprs(session_id, len(calls), source)  # or a retry shows every value
         raise self.retry(countdown=delay, exc=exc, **reprs) from exc
     if outcome is Submitted.ACCEPTED and first_seen is not None:
         metrics.TIME_TO_SUBMIT.observe(max(0.0, time.time() - first_seen))
     return outcome.value
+
+
+def _legacy(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The delivery envelope of a submit written before envelopes (an Agents session's)."""
+    return {
+        "source": fields.get("source", DEFAULT_SOURCE),
+        "batch_id": fields.get("session_id"),
+        "token": fields.get("token"),
+        "calls": fields.get("calls", []),
+        "lease_ms": fields.get("lease_ms"),
+        "first_seen": fields.get("first_seen"),
+    }

@@ -26,7 +26,7 @@ def run_idle(stack: BenchStack, emu: Emulator, count: int) -> dict[str, Any]:
     """
     from dispatcher.poll import Poller
     from dispatcher.sources.agents import SOURCE
-    from tasks.execute import get_ledger
+    from tasks.runtime import get_ledger
     from tasks.settings import get_settings
 
     emu.reset()

@@ -64,6 +64,8 @@ class AgentsSource:
     """
 
     name = "agents"
+    #: Log lines name a session's id as they always did.
+    batch_label = "session_id"
 
     def __init__(self, client: AgentsClient | None = None) -> None:
         self._client = client

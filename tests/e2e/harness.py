@@ -17,7 +17,7 @@ from dispatcher.client import AgentsClient
 from dispatcher.loop import run_loop
 from dispatcher.poll import Poller, PollSummary
 from emulator import EmulatorState, function_call, mcp_approval_request
-from tasks.execute import get_ledger
+from tasks.runtime import get_ledger
 from tasks.settings import get_settings
 from tests.services import ROOT, wait_for
 

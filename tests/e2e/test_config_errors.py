@@ -13,8 +13,9 @@ import pytest
 
 from dispatcher.sources.agents import SOURCE, AgentsSource, NoRoute
 from emulator import function_call
-from tasks.execute import execute_call, get_ledger
+from tasks.execute import execute_call
 from tasks.ledger import ABANDONED, DONE, SUBMITTED, CallRef
+from tasks.runtime import get_ledger
 from tasks.settings import load_registry
 from tasks.submit import Submitted, submit_results
 from tests.e2e.harness import poller

@@ -17,7 +17,7 @@ import pytest
 
 from dispatcher.poll import Poller
 from emulator import function_call
-from tasks.execute import get_ledger
+from tasks.runtime import get_ledger
 from tasks.settings import get_settings
 from tests.e2e.harness import client, poll_loop, poller
 from tests.services import ROOT, wait_for

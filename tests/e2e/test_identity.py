@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from emulator import function_call
-from tasks.execute import get_ledger
+from tasks.runtime import get_ledger
 from tests.e2e.harness import poll_loop
 from tests.services import ROOT, wait_for
 

@@ -10,8 +10,8 @@ goes again.
 import pytest
 
 from emulator import function_call
-from tasks.execute import get_ledger
 from tasks.ledger import SUBMITTED, CallRef
+from tasks.runtime import get_ledger
 from tests.e2e.harness import poll_loop
 from tests.services import wait_for
 

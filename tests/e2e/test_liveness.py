@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from emulator import function_call
-from tasks.execute import get_ledger
 from tasks.ledger import CallRef
+from tasks.runtime import get_ledger
 from tests.chaos.stack import proc_children
 from tests.conftest import PRIVATE_QUEUE, worker_env
 from tests.e2e.harness import poll_loop, poller

@@ -111,13 +111,5 @@ def test_metrics_count_every_outcome_and_logs_are_json_without_secrets(api, obse
     calls = [r for r in lines if r.get("logger") == "toolfan.execute" and "elapsed_ms" in r]
     assert len(calls) == 4 * SESSIONS
     ok = next(r for r in calls if r["outcome"] == "ok")
-    assert {
-        "source",
-        "batch_id",
-        "turn_id",
-        "call_id",
-        "function",
-        "elapsed_ms",
-        "output_chars",
-    } <= set(ok)
+    assert {"session_id", "turn_id", "call_id", "function", "elapsed_ms", "output_chars"} <= set(ok)
     assert ok["function"] == "add" and ok["output_chars"] == 1 and ok["source"] == "agents"

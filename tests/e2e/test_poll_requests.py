@@ -4,8 +4,8 @@ import pytest
 
 from dispatcher.poll import Poller
 from emulator import function_call
-from tasks.execute import get_ledger
 from tasks.memo import DispatchMemo
+from tasks.runtime import get_ledger
 from tasks.settings import Settings, get_settings
 from tests.e2e.harness import client
 from tests.services import wait_for

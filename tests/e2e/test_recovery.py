@@ -9,8 +9,9 @@ from dispatcher.poll import PollSummary
 from dispatcher.sources.agents import SOURCE
 from dispatcher.sources.agents_batch import batch_key, build_body
 from emulator import function_call
-from tasks.execute import execute_call, get_ledger
+from tasks.execute import execute_call
 from tasks.ledger import ABANDONED, SUBMITTED, CallRef
+from tasks.runtime import get_ledger
 from tasks.settings import load_registry
 from tasks.submit import Submitted, submit_results
 from tests.e2e.harness import poller
@@ -157,3 +158,20 @@ def test_repeated_call_entries_are_counted_once_as_errors():
     summary = PollSummary()
     assert [c.call_id for c in poller()._unique_calls(session, summary)] == ["c"]
     assert summary.errors == 1
+
+
+def test_a_submit_message_of_the_previous_version_still_delivers(api):
+    """A submit queued before an upgrade names session_id, token, calls one by one."""
+    from tasks.submit import submit
+
+    sid, actions, _ = counted_session(api)
+    ledger = get_ledger("agents")
+    ledger.claim(sid, "tok", 60_000)
+    calls = [[a["turn_id"], a["call_id"]] for a in actions]
+    legacy = {"session_id": sid, "token": "tok", "calls": calls, "lease_ms": 60_000}
+    sent = submit.apply_async(args=(payloads(sid, actions),), kwargs=legacy, queue="toolfan.submit")
+    assert sent.get(timeout=30) == "accepted"
+    assert [e["call_id"] for e in api.batches(sid)[0].events] == sorted(
+        a["call_id"] for a in actions
+    )
+    assert {ledger.record(r).state for r in refs(sid, actions)} == {SUBMITTED}

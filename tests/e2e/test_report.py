@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from emulator import function_call
-from tasks.execute import get_ledger
+from tasks.runtime import get_ledger
 from tests.e2e.harness import Seeded, check_exactly_once, poll_loop
 from tests.services import ROOT, wait_for
 

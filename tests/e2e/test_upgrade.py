@@ -14,8 +14,8 @@ import pytest
 
 from emulator import function_call
 from handlers.result import CallResult
-from tasks.execute import get_ledger
 from tasks.ledger import CallRef
+from tasks.runtime import get_ledger
 from tasks.upgrade import upgrade_ledger
 from tests.e2e.harness import poller
 from tests.services import wait_for

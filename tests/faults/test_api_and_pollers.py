@@ -117,8 +117,8 @@ def test_calls_stuck_in_a_queue_are_answered_with_timeouts_before_expiry(
     api, redis_client, monkeypatch
 ):
     from dispatcher.poll import Poller
-    from tasks.execute import get_ledger
     from tasks.ledger import CallRef
+    from tasks.runtime import get_ledger
     from tasks.settings import Settings, get_settings
     from tests.e2e.harness import client
 

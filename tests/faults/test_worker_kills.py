@@ -8,8 +8,8 @@ import pytest
 
 from emulator import function_call
 from tasks import app
-from tasks.execute import get_ledger
 from tasks.ledger import SUBMITTED, CallRef
+from tasks.runtime import get_ledger
 from tests.e2e.harness import Seeded, check_exactly_once, poll_loop
 from tests.services import wait_for
 

@@ -126,7 +126,7 @@ def test_flower_takes_basic_auth_from_the_environment(tmp_path: Path):
 
 def test_flower_shows_outcomes_and_sizes_never_outputs_or_tokens(flower: httpx.Client, api):
     from emulator import function_call
-    from tasks.execute import get_ledger
+    from tasks.runtime import get_ledger
     from tests.e2e.harness import poll_loop
 
     secret = f"output-{uuid.uuid4().hex}"

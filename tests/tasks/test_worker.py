@@ -41,8 +41,9 @@ def test_execute_routes_runs_and_returns(redis_client):
 
 def test_a_positional_message_of_the_previous_version_still_runs(redis_client):
     """A message queued before an upgrade names its ids by position: an Agents call."""
-    from tasks.execute import execute, get_ledger
+    from tasks.execute import execute
     from tasks.ledger import CallRef
+    from tasks.runtime import get_ledger
 
     session = new_session()
     legacy = execute.si(session, "turn_1", "call_1", "add", {"a": 2, "b": 3})

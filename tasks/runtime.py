@@ -1,0 +1,57 @@
+"""The process singletons of the engine, in one place: settings, tools, ledgers, limits.
+
+Each is made once per process, on first use, from the environment: a worker's pool
+process, a poller and a CLI command each build their own, and every caller in a process
+shares it. The protocols' clients are their sources' own (``dispatcher.sources``), since
+the engine knows no protocol.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from handlers.limits import Limits
+from tasks import sources
+from tasks.envelope import LEGACY_SOURCE
+from tasks.ledger import Ledger
+from tasks.settings import get_settings, load_registry
+from tasks.upgrade import ensure_upgraded
+
+__all__ = ["batch_label", "get_ledger", "get_limits", "get_settings", "load_registry"]
+
+
+@cache
+def get_ledger(source: str) -> Ledger:
+    """The ledger of ``source`` in this process, on ``TOOLFAN_REDIS_URL`` (one client)."""
+    return _ledger().scoped(source, _batches_end(source))
+
+
+def _batches_end(source: str) -> bool:
+    """Whether the source says its batches can end unanswered (a cancelled run)."""
+    try:
+        return bool(getattr(sources.get(source), "batches_end", False))
+    except sources.UnknownSource:
+        return False
+
+
+@cache
+def batch_label(source: str) -> str:
+    """What the source calls a batch's id in log lines (``session_id`` for sessions)."""
+    try:
+        return str(getattr(sources.get(source), "batch_label", "batch_id"))
+    except sources.UnknownSource:
+        return "batch_id"
+
+
+@cache
+def _ledger() -> Ledger:
+    settings = get_settings()
+    ledger = Ledger.from_url(settings.redis_url, settings.ledger_ttl, LEGACY_SOURCE)
+    ensure_upgraded(ledger.client)  # records of the version before sources, moved first
+    return ledger
+
+
+@cache
+def get_limits() -> Limits:
+    """The limits of this process, from the ``TOOLFAN_MAX_*`` settings."""
+    return get_settings().limits

@@ -45,10 +45,24 @@ class PlannedCall:
 
 @dataclass
 class PlannedSession:
-    """A session to seed: its function calls, plus any approval requests to leave alone."""
+    """A session to seed: its function calls, plus any approval requests to leave alone.
+
+    With ``run`` set it is seeded as an Assistants run instead, one phase per turn (the
+    ``assistants`` source): same calls, same checks, another protocol.
+    """
 
     calls: list[PlannedCall] = field(default_factory=list)
     approvals: list[dict[str, Any]] = field(default_factory=list)
+    run: bool = False
+
+    def phases(self) -> list[list[dict[str, Any]]]:
+        """The run's phases: the calls grouped by turn, in the order the turns appear."""
+        turns: dict[str, list[dict[str, Any]]] = {}
+        for call in self.calls:
+            action = call.action
+            entry = {"name": action["name"], "arguments": action["arguments"]}
+            turns.setdefault(action["turn_id"], []).append({**entry, "id": action["call_id"]})
+        return list(turns.values())
 
     @property
     def actions(self) -> list[dict[str, Any]]:
@@ -107,9 +121,18 @@ def plan_session(rng: random.Random, i: int) -> PlannedSession:
     return session
 
 
-def plan_sessions(rng: random.Random, count: int) -> list[PlannedSession]:
-    """The sessions of the run, in seeding order."""
-    return [plan_session(rng, i) for i in range(count)]
+def plan_sessions(rng: random.Random, count: int, runs_share: float = 0.0) -> list[PlannedSession]:
+    """The sessions of the run, in seeding order; ``runs_share`` of them become runs.
+
+    Only sessions with calls and no approval request can be runs (the protocol has no
+    approvals). The choice uses its own dice, so the sessions stay the same for a seed.
+    """
+    sessions = [plan_session(rng, i) for i in range(count)]
+    pick = random.Random(rng.random())
+    for session in sessions:
+        eligible = bool(session.calls) and not session.approvals
+        session.run = eligible and pick.random() < runs_share
+    return sessions
 
 
 def plan_waves(count: int, window: float, first: float = 0.25) -> list[Wave]:
@@ -128,7 +151,14 @@ def plan_waves(count: int, window: float, first: float = 0.25) -> list[Wave]:
 
 def api_knobs(rng: random.Random) -> dict[str, Any]:
     """One random phase of API misbehaviour (500s, 429s, lost 202s, latency)."""
-    endpoints = rng.choice([["list"], ["events"], ["list", "events"], ["list", "events"]])
+    endpoints = rng.choice(
+        [
+            ["list", "runs"],
+            ["events", "submit_outputs"],
+            ["list", "events", "runs", "submit_outputs"],
+            ["list", "events", "runs", "submit_outputs"],
+        ]
+    )
     return {
         "error_rate": rng.choice([0.1, 0.2, 0.3]),
         "throttle_rate": rng.choice([0.0, 0.1, 0.2]),
@@ -175,7 +205,7 @@ def plan_faults(
             at += rng.uniform(0.75, 1.25) * worker_kill_every
     if not any(f.kind == "api_on" for f in faults):
         at = rng.uniform(0.1, 0.4) * window
-        knobs = {**api_knobs(rng), "endpoints": ["list", "events"]}
+        knobs = {**api_knobs(rng), "endpoints": ["list", "events", "runs", "submit_outputs"]}
         faults += [Fault(at, "api_on", knobs), Fault(at + 0.5 * window, "api_off")]
     return sorted(faults, key=lambda f: f.at)
 

@@ -1,4 +1,4 @@
-"""``python -m tests.chaos.run``: answer hundreds of sessions while faults rain down.
+"""``python -m tests.chaos.run``: answer hundreds of sessions and runs while faults rain down.
 
 Starts its own stack (see :mod:`tests.chaos.stack`), seeds sessions at the start and while
 it runs, kills pool processes and whole workers and makes the API fail at random (all from
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dispatcher.devstack import wait_for
-from emulator import AcceptedBatch
+from dispatcher.sources.assistants_watch import Watches
 from tests.chaos.keys import RUNS_PREFIX
 from tests.chaos.plan import (
     Fault,
@@ -36,7 +36,7 @@ from tests.chaos.plan import (
     plan_waves,
 )
 from tests.chaos.stack import ChaosStack, StackConfig
-from tests.chaos.verify import Faults, Tally, verify
+from tests.chaos.verify import Faults, Tally, run_batches, run_key, verify
 from tests.owned import DatabasesClobbered, exit_on_sigterm
 
 Progress = Callable[[str], None]
@@ -48,6 +48,7 @@ class ChaosConfig:
 
     Attributes:
         sessions: Sessions to seed (a quarter at the start, the rest while faults run).
+        runs_share: Share of them seeded as Assistants runs (the ``assistants`` source).
         seed: Seeds the sessions, the fault schedule and the emulator's fault dice.
         duration: Seconds of fault injection; default 0.15 s per session, 20 s at least.
         duration_cap: Injection never runs longer than this, whatever ``duration`` says.
@@ -66,6 +67,7 @@ class ChaosConfig:
     """
 
     sessions: int = 400
+    runs_share: float = 0.3
     seed: int = 1
     duration: float | None = None
     duration_cap: float = 300.0
@@ -108,7 +110,7 @@ class Run:
         self.stack = stack
         self.progress = progress
         self.rng = random.Random(config.seed * 7919 + 1)
-        self.plan = plan_sessions(random.Random(config.seed), config.sessions)
+        self.plan = plan_sessions(random.Random(config.seed), config.sessions, config.runs_share)
         self.seeded: dict[str, PlannedSession] = {}
         self.faults = Faults()
         self.last_kill = 0.0
@@ -128,11 +130,24 @@ class Run:
         return sorted([*waves, *faults], key=lambda e: e.at)
 
     def seed_wave(self, wave: Wave) -> None:
-        """Create the wave's sessions in the emulator."""
+        """Create the wave's sessions and runs in the emulator; watch the runs."""
+        runs = []
         for session in self.plan[wave.start : wave.stop]:
-            created = self.stack.state.create_session(session.actions, metadata={"chaos": "1"})
-            self.seeded[created["id"]] = session
-            self.seeded_at[created["id"]] = time.time()
+            if session.run:
+                created = self.stack.state.create_run(session.phases(), metadata={"chaos": "1"})
+                runs.append((created["thread_id"], created["id"]))
+                key = run_key(created["thread_id"], created["id"])
+            else:
+                created = self.stack.state.create_session(session.actions, metadata={"chaos": "1"})
+                key = created["id"]
+            self.seeded[key] = session
+            self.seeded_at[key] = time.time()
+        if runs:
+            client = self.stack.redis()
+            try:
+                Watches(client).add(runs)
+            finally:
+                client.close()
 
     def inject(self, fault: Fault) -> None:
         """Apply one scheduled fault and count it."""
@@ -168,7 +183,7 @@ class Run:
         last = [0.0]
 
         def answered() -> bool:
-            done = {b.session_id for b in self.stack.state.batches()}
+            done = {b.session_id for b in self.batches()} & self._finished()
             if time.monotonic() - last[0] > 5:
                 last[0] = time.monotonic()
                 self.progress(f"chaos| answered {len(waiting & done)}/{len(waiting)} sessions")
@@ -186,12 +201,25 @@ class Run:
         self.stack.check_databases()
         self.faults.count_requests(self.stack.state.requests())
         keys = [c.counter for s in self.seeded.values() for c in s.calls if c.counter]
-        batches = self.stack.state.batches()
+        batches = self.batches()
         tally = verify(self.seeded, batches, self._counters(keys), self.faults)
         self._count_late(tally, batches)
         return tally
 
-    def _count_late(self, tally: Tally, batches: list[AcceptedBatch]) -> None:
+    def batches(self) -> list[Any]:
+        """Every accepted batch: the sessions', and each run's submits as batches alike."""
+        return [*self.stack.state.batches(), *run_batches(self.stack.state, self.seeded)]
+
+    def _finished(self) -> set[str]:
+        """Sessions (answered is enough) and runs whose every phase was answered."""
+        done = set(self.seeded)
+        for run in self.stack.state.runs():
+            key = run_key(run["thread_id"], run["run_id"])
+            if key in done and run["status"] != "completed":
+                done.discard(key)
+        return done
+
+    def _count_late(self, tally: Tally, batches: list[Any]) -> None:
         """Sessions answered more than ``answer_within`` after the last kill (or seeding)."""
         first: dict[str, float] = {}
         for batch in batches:
@@ -262,6 +290,9 @@ def parse_args(argv: Iterable[str] | None = None) -> ChaosConfig:
         prog="python -m tests.chaos.run", description=__doc__.split("\n")[0]
     )
     p.add_argument("--sessions", type=int, default=400, help="sessions to seed (400)")
+    p.add_argument(
+        "--runs-share", type=float, default=0.3, help="share seeded as Assistants runs (0.3)"
+    )
     p.add_argument("--seed", type=int, default=1, help="seed of the whole run (1)")
     p.add_argument("--duration", type=float, help="seconds of fault injection (0.15 s/session)")
     p.add_argument("--duration-cap", type=float, default=300.0, help="at most this (300)")
@@ -276,6 +307,7 @@ def parse_args(argv: Iterable[str] | None = None) -> ChaosConfig:
     broker_db, ledger_db = (int(n) for n in a.dbs.split(","))
     return ChaosConfig(
         sessions=a.sessions,
+        runs_share=a.runs_share,
         seed=a.seed,
         duration=a.duration,
         duration_cap=a.duration_cap,

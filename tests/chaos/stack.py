@@ -131,6 +131,7 @@ class ChaosStack(Stack):
             TOOLFAN_REDIS_URL=self.ledger_url(),
             TOOLFAN_BROKER_URL=f"{self._base}/{self.config.broker_db}",
             TOOLFAN_HANDLERS="tests.chaos.tools",
+            TOOLFAN_SOURCES="agents,assistants",
             OPENAI_BASE_URL=base_url,
             OPENAI_API_KEY=TEST_API_KEY,
         )

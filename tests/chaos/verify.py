@@ -7,9 +7,11 @@ the ledger, which is the thing under test.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from emulator import AcceptedBatch, RequestRecord
 from tests.chaos.plan import PlannedCall, PlannedSession
@@ -47,6 +49,7 @@ class Tally:
     """The figures of one run; ``ok`` when exactly-once held everywhere."""
 
     sessions: int = 0
+    runs: int = 0
     calls: int = 0
     faults: Faults = field(default_factory=Faults)
     lost: int = 0
@@ -67,7 +70,8 @@ class Tally:
     def line(self) -> str:
         """The one line the run is judged by."""
         return (
-            f"chaos: {self.sessions:,} sessions, {self.calls:,} calls, "
+            f"chaos: {self.sessions:,} sessions ({self.runs:,} of them runs), "
+            f"{self.calls:,} calls, "
             f"{self.faults.total:,} faults injected, {self.lost:,} lost, "
             f"{self.duplicated:,} duplicated, {self.rerun:,} re-run side effects, "
             f"{self.late:,} late"
@@ -84,6 +88,52 @@ class Tally:
             f"{self.reconciled} charges reconciled, {self.failed} calls answered with an error, "
             f"{self.wrong} wrong answers"
         )
+
+
+def run_key(thread_id: str, run_id: str) -> str:
+    """The key a seeded run is known by, beside session ids."""
+    return f"run:{thread_id}:{run_id}"
+
+
+@dataclass(frozen=True)
+class RunBatch:
+    """One accepted submit of a run, shaped as a session's batch for the same checks."""
+
+    session_id: str
+    events: list[dict[str, object]]
+    received_at: float
+
+
+def run_batches(state: Any, seeded: Mapping[str, PlannedSession]) -> list[RunBatch]:
+    """Each run's accepted submits as batches: an output ``{"error": ...}`` is a failure."""
+    turn_of = {
+        key: {c.action["call_id"]: c.action["turn_id"] for c in s.calls}
+        for key, s in seeded.items()
+        if s.run
+    }
+    batches = []
+    for submit in state.submits():
+        key = run_key(submit["thread_id"], submit["run_id"])
+        turns = turn_of.get(key, {})
+        events = [_event(turns.get(o["tool_call_id"], ""), o) for o in submit["tool_outputs"]]
+        batches.append(RunBatch(key, events, submit["received_at"]))
+    return batches
+
+
+def _event(turn: str, output: Mapping[str, Any]) -> dict[str, object]:
+    text = str(output["output"])
+    try:
+        error = json.loads(text)
+    except ValueError:
+        error = None
+    base: dict[str, object] = {
+        "type": TOOL_RESULT,
+        "turn_id": turn,
+        "call_id": output["tool_call_id"],
+    }
+    if isinstance(error, dict) and set(error) == {"error"}:
+        return {**base, "success": False, "error": error["error"]}
+    return {**base, "success": True, "output": text}
 
 
 def answers(batches: Sequence[AcceptedBatch]) -> Counter[tuple[str, str, str]]:
@@ -104,6 +154,7 @@ def verify(
     """Compare what was seeded with what was answered and what really ran."""
     tally = Tally(sessions=len(seeded), faults=faults)
     tally.calls = sum(len(s.calls) for s in seeded.values())
+    tally.runs = sum(1 for s in seeded.values() if s.run)
     answered = answers(batches)
     per_session = Counter(b.session_id for b in batches)
     events = {
@@ -135,7 +186,7 @@ def _check_session(
     if not session.calls and batch_count:
         tally.wrong += 1
         tally.problems.append(f"session {sid}: approval requests only, yet got a batch")
-    if batch_count > 1:
+    if batch_count > (len(session.phases()) if session.run else 1):
         tally.duplicated += 1
         tally.problems.append(f"session {sid}: {batch_count} accepted batches")
     expected = {(sid, *c.pair) for c in session.calls}

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from dispatcher.sources.assistants import batch_id, phase_of
+from tasks.ledger import CallRef, Ledger
 from tests.e2e.runs_stack import ROOT, RunsStack
 from tests.services import wait_for
 
@@ -96,6 +98,11 @@ def test_every_phase_is_answered_once_in_the_run_s_order_with_errors_as_json(sta
     wait_for(lambda: not _watched(stack), 10, "the finished run to leave the watch list")
 
 
+def run_ledger(stack: RunsStack) -> Ledger:
+    """The stack's ledger of runs, to read what toolfan recorded."""
+    return Ledger(stack.redis(), ttl=3600, source="assistants")
+
+
 def _watched(stack: RunsStack) -> list[dict]:
     listed = toolfan(stack, "runs", "list")
     assert listed.returncode == 0, listed.stderr
@@ -110,6 +117,11 @@ def test_a_submit_whose_answer_was_lost_counts_as_delivered_and_is_not_repeated(
     submits = state.submits(run["thread_id"], run["id"])
     assert [s["lost"] for s in submits] == [True, False]  # the lost one was applied once
     assert [o for phase in outputs(state, run) for _, o in phase] == ["2", "4"]
+    (lost_call,) = (o["tool_call_id"] for o in submits[0]["tool_outputs"])
+    record = run_ledger(stack).record(
+        CallRef(batch_id(run["thread_id"], run["id"]), phase_of([lost_call]), lost_call)
+    )
+    assert record is not None and record.state == "submitted", "counted as delivered"
 
 
 def test_a_hundred_runs_through_500s_and_429s_and_two_pollers_each_phase_once(stack, state):
@@ -126,7 +138,11 @@ def test_a_hundred_runs_through_500s_and_429s_and_two_pollers_each_phase_once(st
         if i % 3 == 0:
             phases.append([call("add", {"a": i, "b": 2})])
         if i % 5 == 0:
-            phases[0].append(call("add", "{oops"))
+            phases[0].append(call("add", "{oops"))  # invalid JSON arguments
+        if i % 7 == 0:
+            phases[0].append(call("no_such_function", {}))
+        if i % 11 == 0:
+            phases[0].append(call("boom", {}))  # a failing tool
         runs.append(state.create_run(phases))
     second = stack.service(["poll", "--interval", "0.3"], "poller2")  # two pollers race
     second.wait_for_output("runs:", 60)
@@ -137,6 +153,8 @@ def test_a_hundred_runs_through_500s_and_429s_and_two_pollers_each_phase_once(st
         phases = outputs(state, run)
         assert len(phases) == (2 if i % 3 == 0 else 1), run["id"]
         assert phases[0][0][1] == str(i + 1) and phases[0][1][1] == f"r{i}"
+        failures = [json.loads(o)["error"] for _, o in phases[0][2:]]
+        assert len(failures) == (i % 5 == 0) + (i % 7 == 0) + (i % 11 == 0)
 
 
 def test_a_cancelled_run_runs_nothing_and_gets_nothing(stack, state):

@@ -111,3 +111,45 @@ def test_a_hostile_run_is_read_without_raising():
     assert len(run.problems) == 4
     assert run.expires_at is None and run.metadata == {"k": "v"}
     assert parse_run({"status": "requires_action"}, "t", "r").problems
+
+
+def test_an_entra_token_is_kept_until_near_its_expiry_then_fetched_again(monkeypatch):
+    import time as clock
+
+    from dispatcher.sources import assistants_config
+    from dispatcher.sources.assistants_config import TOKEN_MARGIN, EntraToken
+
+    issued = []
+
+    class Credential:  # DefaultAzureCredential's one method toolfan calls
+        def get_token(self, scope: str):
+            issued.append(scope)
+            expires = clock.time() + TOKEN_MARGIN + 60
+            return type("AccessToken", (), {"token": f"tok{len(issued)}", "expires_on": expires})
+
+    token = EntraToken(assistants_config.FOUNDRY_SCOPE)
+    token._credential = Credential()
+    assert token() == "tok1" and token() == "tok1"
+    assert issued == ["https://ai.azure.com/.default"]
+    now = clock.time()
+    monkeypatch.setattr(assistants_config.time, "time", lambda: now + 61)
+    assert token() == "tok2"
+
+
+def test_foundry_without_a_token_or_azure_identity_names_the_variable(monkeypatch):
+    import builtins
+
+    from dispatcher.errors import AuthenticationError as NoToken
+    from dispatcher.sources.assistants_config import EntraToken
+
+    real_import = builtins.__import__
+
+    def no_azure(name, *args, **kwargs):
+        if name.startswith("azure.identity"):
+            raise ImportError("no azure-identity")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_azure)
+    with pytest.raises(NoToken, match="AZURE_AI_AGENTS_TOKEN") as refused:
+        EntraToken("scope")()
+    assert refused.value.setting == "AZURE_AI_AGENTS_TOKEN"

@@ -90,6 +90,30 @@ def gone(source: str, batch_id: str) -> str:
     return f"{scope(source)}:gone:{batch_tag(batch_id)}"
 
 
+def answer(source: str, batch_id: str) -> str:
+    """List holding a delivered batch's answer, for callers that wait on it (one element).
+
+    A list, not a string, so any number of waiters block on it with one ``BLMOVE`` of the
+    list onto itself, which hands each the answer and leaves it in place.
+    """
+    return f"{scope(source)}:answer:{batch_tag(batch_id)}"
+
+
+def then(source: str, batch_id: str) -> str:
+    """String naming the work that continues once a batch is answered (a conversation)."""
+    return f"{scope(source)}:then:{batch_tag(batch_id)}"
+
+
+def conversation(conversation_id: str) -> str:
+    """Hash holding a durable tool loop: its spec, status, and every saved step."""
+    return f"{PREFIX}:{VERSION}:conversation:{batch_tag(conversation_id)}"
+
+
+def conversation_end(conversation_id: str) -> str:
+    """List holding a conversation's final status once it ended, for its waiters."""
+    return f"{PREFIX}:{VERSION}:conversation:{batch_tag(conversation_id)}:end"
+
+
 #: SCAN patterns over every source: all call records, all claims.
 ALL_CALLS = f"{PREFIX}:{VERSION}:*:call:*"
 ALL_CLAIMS = f"{PREFIX}:{VERSION}:*:claim:*"

@@ -37,6 +37,8 @@ _stack = contextlib.ExitStack()
 UNSERVED_QUEUE = "fn.unserved"
 #: A tool queue only a test's own worker consumes (one with settings of its own).
 PRIVATE_QUEUE = "fn.private"
+#: Served only by the threads worker of the inline calls' tests.
+INLINE_QUEUE = "fn.inline"
 TEST_HANDLERS = "handlers.examples,tests.tools"
 
 
@@ -128,7 +130,11 @@ def worker(emulator: EmulatorServer) -> Iterator[Worker]:
     from tasks.settings import load_registry
 
     app.control.purge()  # messages a previous run left behind would only add noise
-    queues = [q for q in all_queues(load_registry()) if q not in (UNSERVED_QUEUE, PRIVATE_QUEUE)]
+    queues = [
+        q
+        for q in all_queues(load_registry())
+        if q not in (UNSERVED_QUEUE, PRIVATE_QUEUE, INLINE_QUEUE)
+    ]
     w = Worker(
         [
             "-c",

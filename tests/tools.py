@@ -216,3 +216,10 @@ def private_charge(key: str, seconds: float = 0.0) -> str:
     _note_start(key)
     time.sleep(seconds)
     return "charged"
+
+
+@tool(timeout=10, queue="fn.inline")
+def nap(key: str, seconds: float = 0.5) -> str:
+    """Sleeps, then counts its run under ``key``: many run at once on a threads worker."""
+    time.sleep(seconds)
+    return f"{key}:{_redis().incr(f'test:runs:{key}')}"

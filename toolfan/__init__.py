@@ -19,11 +19,21 @@ This is a thin, stable face over the packages that do the work (``handlers`` for
 from handlers.errors import ToolError
 from handlers.registry import tool
 from handlers.tool import RUN_AGAIN
+from toolfan.calls import (
+    arun_function_calls,
+    arun_tool_calls,
+    run_function_calls,
+    run_tool_calls,
+)
 from toolfan.runs import watch_run, watch_runs
 
 __all__ = [
     "RUN_AGAIN",
     "ToolError",
+    "arun_function_calls",
+    "arun_tool_calls",
+    "run_function_calls",
+    "run_tool_calls",
     "tool",
     "watch_run",
     "watch_runs",

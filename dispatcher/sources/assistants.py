@@ -35,6 +35,7 @@ from dispatcher.errors import (
 )
 from dispatcher.sources.assistants_client import AssistantsClient, Output
 from dispatcher.sources.assistants_models import Run
+from dispatcher.sources.outputs import output_text
 from tasks.delivery import Delivered, Misconfigured, Refused, RetryLater
 from tasks.settings import get_settings
 
@@ -62,26 +63,6 @@ def phase_of(call_ids: Sequence[str]) -> str:
     """The turn id of one phase: a digest of its calls' ids (phases never share a call)."""
     digest = hashlib.sha256(json.dumps(sorted(call_ids)).encode()).hexdigest()
     return f"phase_{digest[:24]}"
-
-
-def output_text(result: Mapping[str, Any]) -> str:
-    """The output string of one result: its text, or a failure as ``{"error": ...}``."""
-    if not result.get("success"):
-        return json.dumps({"error": str(result.get("error") or "The function failed.")})
-    output = result.get("output")
-    if isinstance(output, str):
-        return output
-    if isinstance(output, list):
-        return "\n".join(_part_text(part) for part in output)
-    return json.dumps(output)
-
-
-def _part_text(part: Any) -> str:
-    if isinstance(part, dict) and part.get("type") == "input_text":
-        return str(part.get("text", ""))
-    if isinstance(part, dict) and part.get("type") == "input_image":
-        return "[image]"
-    return json.dumps(part)
 
 
 @cache

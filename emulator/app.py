@@ -2,7 +2,8 @@
 
 The APIs are the Agents sessions under ``/v1`` and the run-shaped Assistants protocol in
 three flavours: ``/v1`` (OpenAI), ``/openai`` (Azure OpenAI) and ``/api/projects/{project}``
-(Azure AI Foundry Agent Service).
+(Azure AI Foundry Agent Service). Chat Completions and Responses, answered by a scripted
+model, are served under ``/v1``, ``/openai`` and ``/openai/v1`` (``emulator.chat``).
 
 The outermost layer implements the "lost 202" fault. An ASGI app cannot close a connection
 without answering (a server answers 500 for an app that returns silently), so the layer
@@ -23,6 +24,8 @@ from starlette.types import Message, Receive, Scope, Send
 
 from emulator.admin import Admin
 from emulator.api import DROP_HEADER, Api, error_response
+from emulator.chat.admin import ChatAdmin
+from emulator.chat.routes import ChatApi
 from emulator.paths import display_path
 from emulator.runs.admin import RunsAdmin
 from emulator.runs.routes import RunsApi
@@ -74,8 +77,10 @@ class EmulatorApp:
             routes=[
                 *api.routes("/v1"),
                 *RunsApi(api).routes(),
+                *ChatApi(api).routes(),
                 *Admin(self.state).routes("/_emulator"),
                 *RunsAdmin(self.state).routes("/_emulator"),
+                *ChatAdmin(self.state.chat).routes("/_emulator/chat"),
             ],
             exception_handlers={404: _http_error, 405: _http_error},
         )

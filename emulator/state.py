@@ -1,4 +1,4 @@
-"""The emulator's in-memory world: sessions, runs, accepted batches and submits, faults.
+"""The emulator's in-memory world: sessions, runs, chat, accepted batches and submits, faults.
 
 One :class:`EmulatorState` is shared by the HTTP app (on uvicorn's event loop) and by the
 test or demo that scripts it (on another thread), so every public method takes one lock
@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from emulator.chat.state import ChatState
 from emulator.faults import FaultInjector, Faults
 from emulator.pages import page
 from emulator.runs.state import RunsState
@@ -130,6 +131,8 @@ class EmulatorState(RunsState):
         self._keys: dict[str, str] = {}
         self._injector = FaultInjector()
         self._runs = RunStore()
+        #: The scripted model of Chat Completions and Responses (``emulator.chat``).
+        self.chat = ChatState()
 
     # --- scripting -------------------------------------------------------------------------
 
@@ -202,8 +205,9 @@ class EmulatorState(RunsState):
             return self._injector.faults
 
     def reset(self) -> None:
-        """Forget sessions, runs, recordings, keys and faults."""
+        """Forget sessions, runs, chat scripts and responses, recordings, keys and faults."""
         with self._lock:
+            self.chat.clear()
             self._runs.clear()
             self._sessions.clear()
             self._batches.clear()

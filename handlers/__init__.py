@@ -15,12 +15,14 @@ This package knows pydantic only: no Celery, no HTTP, so tools can be tested as 
 functions.
 """
 
+from handlers.definitions import Api, tool_definitions
 from handlers.errors import RegistryError, ToolError, ToolfanError
 from handlers.registry import Registry, build_tool, registry, tool
 from handlers.result import CallResult, InputImage, InputText, Outcome
 from handlers.tool import RUN_AGAIN, Tool, queue_for
 
 __all__ = [
+    "Api",
     "CallResult",
     "InputImage",
     "InputText",
@@ -35,4 +37,5 @@ __all__ = [
     "queue_for",
     "registry",
     "tool",
+    "tool_definitions",
 ]

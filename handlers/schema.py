@@ -7,6 +7,11 @@ the rest (titles, defaults, string lengths, ...), closes every object with
 ``additionalProperties: false`` and orders keys the same way every time, so a definition
 diffs cleanly and an agent sees identical tools across deployments. Validation still runs
 against the full pydantic model, so nothing dropped here goes unchecked.
+
+:func:`strict_parameters_schema` writes the ``strict: true`` form on top of that (Chat
+Completions, Responses, Assistants): the transform of the official SDK's
+``openai.lib._pydantic.to_strict_json_schema``, made here so that ``handlers`` needs no SDK,
+plus one step the SDK leaves out (see there).
 """
 
 from __future__ import annotations
@@ -46,7 +51,16 @@ _FORMATS = frozenset(
 
 def parameters_schema(model: type[BaseModel]) -> dict[str, Any]:
     """The ``parameters`` object of a function definition for an arguments model."""
-    schema = _clean(model.model_json_schema())
+    return clean_parameters(model.model_json_schema())
+
+
+def clean_parameters(schema: dict[str, Any]) -> dict[str, Any]:
+    """Rewrite any JSON Schema of arguments (pydantic's, the SDK's) into the accepted subset.
+
+    Public so that a schema written elsewhere (the official SDK's strict one, say) can be
+    cleaned the same way and compared with ours.
+    """
+    schema = _clean(schema)
     schema.setdefault("properties", {})
     schema.setdefault("required", [])
     schema["additionalProperties"] = False
@@ -82,3 +96,100 @@ def _clean_value(key: str, value: Any) -> Any:
 
 def _ordered(node: dict[str, Any]) -> dict[str, Any]:
     return {k: node[k] for k in _KEY_ORDER if k in node}
+
+
+#: The schema that admits ``null``, as pydantic writes the ``None`` of ``X | None``.
+_NULL: dict[str, Any] = {"type": "null"}
+
+
+def strict_parameters_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The ``parameters`` of a ``strict: true`` function definition for an arguments model.
+
+    Strict mode makes the model send every property, so (as the SDK does) every object is
+    closed and lists all its properties in ``required``, and a ``$ref`` with siblings is
+    inlined (the API refuses siblings of ``$ref``). Unlike the SDK, a property that has a
+    default in Python becomes nullable (``anyOf: [..., {"type": "null"}]``, the form pydantic
+    gives ``X | None``): otherwise the model, made to send it, must invent a value where the
+    tool meant "the default". :meth:`handlers.tool.Tool.parse` reads that ``null`` back as
+    the default. A ``const`` property (a union's tag) stays as it is: it has one value only.
+    """
+    schema = parameters_schema(model)
+    strict: dict[str, Any] = _strict(schema, schema)
+    return strict
+
+
+def _strict(node: Any, root: dict[str, Any]) -> Any:
+    """The strict form of one cleaned schema node (``root`` resolves its ``$ref``)."""
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node and len(node) > 1:
+        siblings = {k: v for k, v in node.items() if k != "$ref"}
+        return _strict({**_resolve(root, node["$ref"]), **siblings}, root)
+    out = dict(node)
+    if out.get("type") == "object" and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    if isinstance(out.get("properties"), dict):
+        out["properties"] = _strict_properties(out["properties"], out.get("required", []), root)
+        out["required"] = list(out["properties"])
+    if isinstance(out.get("$defs"), dict):
+        out["$defs"] = {name: _strict(sub, root) for name, sub in out["$defs"].items()}
+    for key in ("items", "additionalProperties"):
+        if isinstance(out.get(key), dict):
+            out[key] = _strict(out[key], root)
+    if isinstance(out.get("anyOf"), list):
+        out["anyOf"] = [_strict(variant, root) for variant in out["anyOf"]]
+    return _ordered(out)
+
+
+def _strict_properties(
+    properties: dict[str, Any], required: list[str], root: dict[str, Any]
+) -> dict[str, Any]:
+    """Each property made strict; those optional in Python made nullable first."""
+    return {
+        name: _strict(sub if name in required else _nullable(sub, root), root)
+        for name, sub in properties.items()
+    }
+
+
+def _nullable(node: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    """``node`` admitting ``null`` too, written as pydantic writes ``X | None``."""
+    if "const" in node or _admits_null(node, root):
+        return node
+    rest = {k: v for k, v in node.items() if k != "description"}
+    variants = rest["anyOf"] if list(rest) == ["anyOf"] else [rest]
+    wrapped: dict[str, Any] = {"anyOf": [*variants, _NULL]}
+    if "description" in node:
+        wrapped["description"] = node["description"]
+    return _ordered(wrapped)
+
+
+def _admits_null(node: Any, root: dict[str, Any]) -> bool:
+    """Whether a cleaned schema node already accepts ``null``."""
+    if not isinstance(node, dict):
+        return False
+    if "$ref" in node:
+        return _admits_null(_resolve(root, node["$ref"]), root)
+    kind = node.get("type")
+    if kind == "null" or (isinstance(kind, list) and "null" in kind):
+        return True
+    if None in node.get("enum", ()):
+        return True
+    if "anyOf" in node:
+        return any(_admits_null(variant, root) for variant in node["anyOf"])
+    return not {"type", "enum", "const"} & set(node)  # an unconstrained node takes anything
+
+
+def _resolve(root: dict[str, Any], ref: str) -> dict[str, Any]:
+    """The node a local ``$ref`` (``#/$defs/Name``) points at.
+
+    Raises:
+        ValueError: the reference is not local or points at nothing.
+    """
+    if not ref.startswith("#/"):
+        raise ValueError(f"unsupported $ref {ref!r}: only local references (#/...) resolve")
+    node: Any = root
+    for part in ref[2:].split("/"):
+        node = node.get(part) if isinstance(node, dict) else None
+    if not isinstance(node, dict):
+        raise ValueError(f"$ref {ref!r} points at nothing")
+    return node

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 import re
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from handlers import jsonsafe
 from handlers.errors import RegistryError
 from handlers.limits import DEFAULT_LIMITS, Limits
+from handlers.nulls import without_default_nulls
 from handlers.schema import parameters_schema
 from handlers.signature import ArgsSpec
 
@@ -48,7 +50,12 @@ def queue_for(name: str) -> str:
 
 @dataclass(frozen=True, eq=False)
 class Tool(Generic[P, R]):
-    """A function registered as a tool, still callable as the plain function it wraps."""
+    """A function registered as a tool, still callable as the plain function it wraps.
+
+    ``parameters`` and ``origin`` serve tools made by another library (the official SDK's
+    ``FunctionTool``, see :mod:`handlers.sdk`): the schema that library wrote, used as is
+    in the Agents form, and the object itself, so the registry knows it registered it.
+    """
 
     fn: Callable[P, R]
     name: str
@@ -60,6 +67,8 @@ class Tool(Generic[P, R]):
     reconcile: Callable[[Any], Any] | None = None
     defer_loading: bool = False
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
+    parameters: dict[str, Any] | None = None
+    origin: object | None = None
 
     def __post_init__(self) -> None:
         _check_options(self)
@@ -79,9 +88,15 @@ class Tool(Generic[P, R]):
             "type": "function",
             "name": self.name,
             "description": self.description,
-            "parameters": parameters_schema(self.args.model),
+            "parameters": self.parameters_schema(),
             "defer_loading": self.defer_loading,
         }
+
+    def parameters_schema(self) -> dict[str, Any]:
+        """The ``parameters`` of the Agents form: the given schema, else the model's."""
+        if self.parameters is not None:
+            return copy.deepcopy(self.parameters)
+        return parameters_schema(self.args.model)
 
     def parse(self, arguments: Any, limits: Limits = DEFAULT_LIMITS) -> BaseModel:
         """Validate raw call arguments (a JSON object, or a string holding one).
@@ -99,10 +114,25 @@ class Tool(Generic[P, R]):
             raise InvalidArguments(problem)
         if not isinstance(arguments, dict):
             raise InvalidArguments(f"expected a JSON object, got {_json_type(arguments)}")
-        try:
-            return self.args.model.model_validate(arguments)
-        except ValidationError as exc:
+        return _validate(self.args.model, arguments)
+
+
+def _validate(model: type[BaseModel], arguments: dict[str, Any]) -> BaseModel:
+    """Validate, reading a refused ``null`` for a property with a default as that default.
+
+    A strict schema makes such properties required but nullable, so the model sends
+    ``null`` where it means "the default" (see :mod:`handlers.nulls`).
+    """
+    try:
+        return model.model_validate(arguments)
+    except ValidationError as exc:
+        retry = without_default_nulls(model, arguments, exc.errors(include_url=False))
+        if retry is None:
             raise InvalidArguments(_describe_errors(exc)) from exc
+    try:
+        return model.model_validate(retry)
+    except ValidationError as exc:
+        raise InvalidArguments(_describe_errors(exc)) from exc
 
 
 def _check_options(tool: Tool[Any, Any]) -> None:

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from dispatcher.conversations.cli import add_chat
 from handlers.errors import ToolfanError
 
 if TYPE_CHECKING:  # the bench's modules load only when the bench runs
@@ -24,11 +25,12 @@ Command = Callable[[argparse.Namespace, list[str]], int]
 
 
 def _cmd_tools(args: argparse.Namespace, rest: list[str]) -> int:
-    """Print the ``agent.tools`` array for every registered function."""
+    """Print the tool definitions of every registered function for one API."""
+    from handlers.definitions import tool_definitions
     from tasks.settings import load_registry
 
-    registry = load_registry()
-    print(json.dumps(registry.agent_tools(), indent=None if args.compact else 2))
+    definitions = tool_definitions(args.api, load_registry())
+    print(json.dumps(definitions, indent=None if args.compact else 2))
     return 0
 
 
@@ -223,14 +225,17 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _cmd_inspect(args: argparse.Namespace, rest: list[str]) -> int:
-    """Print the ledger's view of one session as JSON."""
+    """Print the ledger's view of one session, or of one conversation, as JSON."""
+    from dispatcher.conversations.cli import conversation_view
     from dispatcher.sources.agents import SOURCE
+    from tasks.report import inspect_session
     from tasks.runtime import get_ledger
 
-    AGENTS = SOURCE.name
-    from tasks.report import inspect_session
-
-    view = inspect_session(get_ledger(AGENTS), args.session_id)
+    conversation = conversation_view(args.session_id)
+    if conversation is not None:
+        print(json.dumps(conversation, indent=2))
+        return 0
+    view = inspect_session(get_ledger(SOURCE.name), args.session_id)
     print(json.dumps(view, indent=2))
     return 0 if view["calls"] or view["dispatch"] else 1
 
@@ -254,9 +259,11 @@ def _cmd_status(args: argparse.Namespace, rest: list[str]) -> int:
 
 def _add_inspect(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
-        "inspect", help="the ledger's view of one session: calls, states, results, submission"
+        "inspect",
+        help="the ledger's view of one session (calls, states, results, submission), or of "
+        "one conversation of the tool loop (steps, model calls, tool calls)",
     )
-    p.add_argument("session_id")
+    p.add_argument("session_id", metavar="ID", help="a session id or a conversation id")
     p.set_defaults(command=_cmd_inspect, passthrough=False)
 
 
@@ -279,7 +286,21 @@ def _add_poll(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _add_tools(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("tools", help="print the agent.tools JSON array of the registered tools")
+    from handlers.definitions import Api
+
+    p = sub.add_parser(
+        "tools",
+        help="print the tool definitions of the registered tools (agent.tools by default)",
+        description="--api agents prints the agent.tools array; responses, chat and "
+        "assistants print those APIs' strict function tools (every property required, "
+        "those with a default nullable).",
+    )
+    p.add_argument(
+        "--api",
+        choices=[a.value for a in Api],
+        default=Api.AGENTS.value,
+        help="the API whose tool form to print (agents)",
+    )
     p.add_argument("--compact", action="store_true", help="one line instead of indented JSON")
     p.set_defaults(command=_cmd_tools, passthrough=False)
 
@@ -463,6 +484,7 @@ _PARSERS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], 
     _add_check,
     _add_resubmit,
     _add_runs,
+    add_chat,
     _add_emulator,
     _add_bench,
 )

@@ -4,7 +4,9 @@ Starts (or reuses) Redis, the emulator, a worker and a poller of both sources; s
 Agents sessions whose calls cover every outcome (valid, invalid arguments, unknown
 function, a failing tool, an approval request that must stay untouched, two turns in one
 session) and Assistants runs of one or two phases, watched as an application would; shows
-progress while they are answered; prints a summary table; and stops everything it started.
+progress while they are answered; prints a summary table; runs one tool-loop conversation
+per API (Chat Completions, Responses) with ``toolfan chat`` and prints their traces; and
+stops everything it started.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -180,8 +183,8 @@ def _env(redis_url: str, port: int, workdir: Path) -> dict[str, str]:
 
 
 @contextmanager
-def stack(workdir: Path) -> Iterator[tuple[str, str]]:
-    """Redis, emulator, worker and poller; yields the emulator's admin URL and Redis's."""
+def stack(workdir: Path) -> Iterator[tuple[str, str, dict[str, str]]]:
+    """Redis, emulator, worker and poller; yields the emulator's admin URL, Redis's, the env."""
     with ExitStack() as stop:
         url = os.environ.get("TOOLFAN_REDIS_URL", "redis://localhost:6379/0")
         if not redis_answers(url):
@@ -197,14 +200,39 @@ def stack(workdir: Path) -> Iterator[tuple[str, str]]:
             stop.callback(service.stop)
             print(f"starting {name} (log: {service.log_path})", flush=True)
             service.wait_for_output(ready, 60)
-        yield f"http://127.0.0.1:{port}/_emulator", url
+        yield f"http://127.0.0.1:{port}/_emulator", url, env
+
+
+#: The demo's conversations: one per API, on the emulator's built-in script (it calls the
+#: weather and customer tools in parallel, then answers quoting their outputs).
+CONVERSATIONS = (
+    ("chat", "What is the weather in Paris, and who is customer 123?"),
+    ("responses", "Same question, through the Responses API: weather in Paris, customer 123?"),
+)
+
+
+def converse(env: dict[str, str], timeout: float) -> bool:
+    """Run the demo's conversations with ``toolfan chat``, printing their traces."""
+    ok = True
+    for api, prompt in CONVERSATIONS:
+        print(f"toolfan chat --api {api} {prompt!r}", flush=True)
+        argv = [sys.executable, "-m", "dispatcher.cli", "chat", prompt, "--api", api]
+        argv += ["--model", "demo-model", "--timeout", str(timeout)]
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)  # noqa: S603
+        trace = done.stderr.strip().splitlines()
+        ending = [line for line in trace if line.startswith("[")]
+        steps = [line for line in trace if not line.startswith("[")]
+        for line in [*steps, *done.stdout.strip().splitlines(), *ending]:
+            print(f"  {line}", flush=True)
+        ok = ok and done.returncode == 0
+    return ok
 
 
 def run_demo(sessions: int = SESSIONS, timeout: float = TIMEOUT, runs: int = RUNS) -> int:
     """Run the demo; 0 when every session and every run phase was answered exactly once."""
     with (
         tempfile.TemporaryDirectory(prefix="toolfan-demo-") as tmp,
-        stack(Path(tmp)) as (url, redis_url),
+        stack(Path(tmp)) as (url, redis_url, env),
         httpx.Client(base_url=url, timeout=10) as admin,
     ):
         seeded = seed(admin, sessions)
@@ -220,15 +248,16 @@ def run_demo(sessions: int = SESSIONS, timeout: float = TIMEOUT, runs: int = RUN
         left_alone = not batches_of(admin, set(seeded.untouched))
         submits = run_submits(admin, watched)
         done = runs_done(admin, watched)
+        conversed = converse(env, timeout)
     table, once = summary(seeded, batches)
     print(table)
     print(f"  {'runs':<20} {runs:>10}")
     print(f"  {'run phases submitted':<20} {len(submits):>10}")
     runs_once = done == runs and len(submits) == sum(watched.values())
-    ok = once and left_alone and runs_once
+    ok = once and left_alone and runs_once and conversed
     print(
         "demo: every session answered exactly once, every run phase submitted once, the "
-        "approval request left alone"
+        "approval request left alone, both conversations completed"
         if ok
         else "demo: FAILED: see the table above and the logs",
         flush=True,

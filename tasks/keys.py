@@ -109,6 +109,11 @@ def conversation(conversation_id: str) -> str:
     return f"{PREFIX}:{VERSION}:conversation:{batch_tag(conversation_id)}"
 
 
+def conversation_lease(conversation_id: str) -> str:
+    """String naming the worker calling a conversation's model now (a lease with a TTL)."""
+    return f"{PREFIX}:{VERSION}:conversation:{batch_tag(conversation_id)}:lease"
+
+
 def conversation_end(conversation_id: str) -> str:
     """List holding a conversation's final status once it ended, for its waiters."""
     return f"{PREFIX}:{VERSION}:conversation:{batch_tag(conversation_id)}:end"

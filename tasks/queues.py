@@ -17,11 +17,14 @@ class ControlQueue(StrEnum):
 
     SUBMIT = "toolfan.submit"
     POLL = "toolfan.poll"
+    MODEL = "toolfan.model"
 
 
 EXECUTE_TASK = "toolfan.execute"
 SUBMIT_TASK = "toolfan.submit"
 POLL_TASK = "toolfan.poll"
+#: A durable tool loop's step (its model call, then its tool calls' dispatch).
+MODEL_TASK = "toolfan.model"
 
 
 def all_queues(registry: Registry) -> list[str]:
@@ -57,4 +60,6 @@ class Router:
             return {"queue": ControlQueue.SUBMIT.value}
         if name == POLL_TASK:
             return {"queue": ControlQueue.POLL.value}
+        if name == MODEL_TASK:
+            return {"queue": ControlQueue.MODEL.value}
         return None

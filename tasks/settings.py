@@ -34,7 +34,7 @@ class SettingsError(ToolfanError):
 class Settings(BaseModel):
     """toolfan's configuration; each field is read from ``TOOLFAN_<FIELD>``."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", protected_namespaces=())
 
     redis_url: str = "redis://localhost:6379/0"
     broker_url: str | None = Field(None, description="defaults to redis_url")
@@ -87,6 +87,11 @@ class Settings(BaseModel):
         description="how runs are found: watched only, or also the recent threads (Foundry)",
     )
     runs_max_threads: int = Field(1000, gt=0, description="threads a discovering pass reads")
+    model: str = Field(
+        "gpt-4.1-mini", min_length=1, description="the model a tool loop calls by default"
+    )
+    model_timeout: float = Field(300.0, gt=0, description="seconds one model call may take")
+    model_retries: int = Field(5, ge=0, description="retries of a model call failing briefly")
     max_memory_per_child: int = Field(
         1024, ge=0, description="MiB a prefork pool process may reach before it is recycled"
     )

@@ -39,6 +39,8 @@ UNSERVED_QUEUE = "fn.unserved"
 PRIVATE_QUEUE = "fn.private"
 #: Served only by the threads worker of the inline calls' tests.
 INLINE_QUEUE = "fn.inline"
+#: Served only by the model workers of the tool loop's tests (which kill them).
+MODEL_QUEUE = "toolfan.model"
 TEST_HANDLERS = "handlers.examples,tests.tools"
 
 
@@ -133,7 +135,7 @@ def worker(emulator: EmulatorServer) -> Iterator[Worker]:
     queues = [
         q
         for q in all_queues(load_registry())
-        if q not in (UNSERVED_QUEUE, PRIVATE_QUEUE, INLINE_QUEUE)
+        if q not in (UNSERVED_QUEUE, PRIVATE_QUEUE, INLINE_QUEUE, MODEL_QUEUE)
     ]
     w = Worker(
         [

@@ -60,3 +60,45 @@ def test_bench_options_map_to_the_config_and_default_to_it():
     config = bench_config(parser.parse_args(args))
     assert (config.io_workers, config.poll_interval, config.seed) == (3, 0.2, 7)
     assert config.ledger_db == 9 and config.broker_db == BenchConfig().broker_db
+
+
+def test_tools_api_agents_is_the_default_form():
+    default = toolfan("tools", "--compact", TOOLFAN_HANDLERS="handlers.examples")
+    agents = toolfan("tools", "--api", "agents", "--compact", TOOLFAN_HANDLERS="handlers.examples")
+    assert default.returncode == agents.returncode == 0, default.stderr + agents.stderr
+    assert default.stdout == agents.stdout and len(default.stdout.splitlines()) == 1
+
+
+def test_tools_prints_the_strict_forms_of_each_api():
+    import handlers.examples
+    from handlers.definitions import tool_definitions
+    from handlers.registry import Registry
+    from handlers.tool import Tool
+
+    examples = Registry()
+    for value in vars(handlers.examples).values():
+        if isinstance(value, Tool):
+            examples.add(value)
+    for api in ("responses", "chat", "assistants"):
+        out = toolfan("tools", "--api", api, TOOLFAN_HANDLERS="handlers.examples")
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout) == tool_definitions(api, examples)
+    chat = json.loads(
+        toolfan("tools", "--api", "chat", TOOLFAN_HANDLERS="handlers.examples").stdout
+    )
+    assert {t["function"]["strict"] for t in chat} == {True}
+
+
+def test_tools_lists_sdk_tools_with_their_own_schema():
+    import tests.sdk_tools as sdk
+
+    out = toolfan("tools", TOOLFAN_HANDLERS="tests.sdk_tools")
+    assert out.returncode == 0, out.stderr
+    tools = {t["name"]: t for t in json.loads(out.stdout)}
+    assert sorted(tools) == ["sdk_echo", "sdk_lookup", "sdk_nap", "sdk_weather"]
+    assert tools["sdk_weather"] == {**sdk.sdk_weather.definition, "defer_loading": False}
+
+
+def test_tools_refuses_an_unknown_api():
+    out = toolfan("tools", "--api", "completions", TOOLFAN_HANDLERS="handlers.examples")
+    assert out.returncode == 2 and "invalid choice: 'completions'" in out.stderr

@@ -15,6 +15,20 @@ def test_the_public_names_are_sorted_complete_and_typed():
     )
     assert toolfan.__all__ == sorted(toolfan.__all__)
     assert sorted(toolfan.__all__) == public
+    promised = {
+        "RUN_AGAIN",
+        "ToolError",
+        "tool",
+        "tool_definitions",
+        "watch_run",
+        "run_tool_calls",
+        "arun_tool_calls",
+        "run_function_calls",
+        "arun_function_calls",
+        "start_conversation",
+        "conversation_result",
+    }
+    assert promised <= set(toolfan.__all__)
     from importlib.resources import files
 
     assert files("toolfan").joinpath("py.typed").is_file()

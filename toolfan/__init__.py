@@ -1,21 +1,31 @@
-"""toolfan for applications: write tools once, and hand the fleet the work it cannot find.
+"""toolfan for applications: write tools once, and hand the fleet the work.
 
 Example::
 
-    from toolfan import tool, watch_run
+    import toolfan
 
-    @tool(timeout=10)
+    @toolfan.tool(timeout=10)
     def get_customer(customer_id: str) -> dict:
         \"\"\"Look up a customer by id.\"\"\"
         ...
 
-    run = client.beta.threads.runs.create(thread_id=thread.id, assistant_id=assistant.id)
-    watch_run(thread.id, run.id)   # the fleet answers its tool calls until it is over
+    # Chat Completions or Responses driven by the application: the fleet as a function call
+    messages += toolfan.run_tool_calls(message.tool_calls, conversation_id=chat_id)
+    items += toolfan.run_function_calls(response.output, conversation_id=chat_id)
+    tools = toolfan.tool_definitions("chat")          # or "responses", "assistants", "agents"
+
+    # the whole tool loop on the fleet, durable across crashes
+    cid = toolfan.start_conversation(model="gpt-4.1-mini", input="Weather in Paris?")
+    print(toolfan.conversation_result(cid, timeout=120).text)
+
+    # an Assistants-style run: the fleet answers its tool calls until it is over
+    toolfan.watch_run(thread.id, run.id)
 
 This is a thin, stable face over the packages that do the work (``handlers`` for tools,
 ``tasks`` for the engine, ``dispatcher`` for the protocols); import from here.
 """
 
+from handlers.definitions import tool_definitions
 from handlers.errors import ToolError
 from handlers.registry import tool
 from handlers.tool import RUN_AGAIN
@@ -25,16 +35,27 @@ from toolfan.calls import (
     run_function_calls,
     run_tool_calls,
 )
+from toolfan.conversations import (
+    ConversationError,
+    ConversationResult,
+    conversation_result,
+    start_conversation,
+)
 from toolfan.runs import watch_run, watch_runs
 
 __all__ = [
+    "ConversationError",
+    "ConversationResult",
     "RUN_AGAIN",
     "ToolError",
     "arun_function_calls",
     "arun_tool_calls",
+    "conversation_result",
     "run_function_calls",
     "run_tool_calls",
+    "start_conversation",
     "tool",
+    "tool_definitions",
     "watch_run",
     "watch_runs",
 ]

@@ -22,6 +22,7 @@ import redis.asyncio
 
 from dispatcher.sources.inline import NAME, SOURCE, batch_id, decode_answer
 from dispatcher.sources.inline_calls import Api, InlineCall
+from dispatcher.waiting import await_element, wait_element
 from handlers.result import CallResult, Outcome
 from tasks import keys
 from tasks.dispatch import Batch, DispatchCounts, Dispatcher, PendingCall
@@ -123,10 +124,8 @@ class InlineRunner:
 
     def wait(self, batch: InlineBatch, seconds: float) -> Results | None:
         """The batch's answer once delivered, or None after ``seconds``."""
-        key = batch.answer_key
-        wait = _seconds(seconds)
-        raw = self.ledger.client.blmove(key, key, wait, "LEFT", "RIGHT")  # type: ignore[arg-type]
-        return decode_answer(str(raw)) if raw is not None else None
+        raw = wait_element(self.ledger.client, batch.answer_key, seconds)
+        return decode_answer(raw) if raw is not None else None
 
     def expire(self, batch: InlineBatch, seconds: float) -> Results:
         """Answer the unfinished calls with timeout errors, and store the batch's answer."""
@@ -175,21 +174,11 @@ class InlineRunner:
             return found
         deadline = time.monotonic() + timeout
         await asyncio.to_thread(self.start, batch, allowed=allowed)
-        key = batch.answer_key
-        wait = _seconds(deadline - time.monotonic())
         client = _async_client(self.settings.redis_url)
-        raw = await client.blmove(key, key, wait, "LEFT", "RIGHT")  # type: ignore[arg-type]
+        raw = await await_element(client, batch.answer_key, deadline - time.monotonic())
         if raw is not None:
-            return decode_answer(str(raw))
+            return decode_answer(raw)
         return await asyncio.to_thread(self.expire, batch, timeout)
-
-
-def _seconds(seconds: float) -> float:
-    """A blocking read's timeout: fractional seconds (Redis takes them; its stubs say int).
-
-    Never 0, which would block forever.
-    """
-    return max(0.001, round(seconds, 3))
 
 
 def _refusal(call: InlineCall, allowed: Collection[str] | None) -> tuple[Outcome, str] | None:

@@ -8,9 +8,9 @@ import pytest
 
 from dispatcher.errors import AuthenticationError, EndpointError
 from dispatcher.sources.assistants import batch_id, phase_of, run_of
-from dispatcher.sources.outputs import output_text
 from dispatcher.sources.assistants_config import Flavour, flavour_of, load_config
 from dispatcher.sources.assistants_models import parse_run
+from dispatcher.sources.outputs import output_text
 
 
 def test_the_flavour_follows_the_documented_precedence():

@@ -39,6 +39,9 @@ def test_demo_answers_every_session_and_cleans_up(redis_client):
     )
     assert table == {"sessions": "12", "batches": "12"}
     assert "every run phase submitted once" in lines[-1]
+    assert "both conversations completed" in lines[-1]
+    assert "toolfan chat --api responses" in out.stdout
+    assert out.stdout.count("step 0: get_weather(") == 2
     assert "  runs                         10" in lines
     assert "  run phases submitted         15" in lines
     workdir = re.search(r"log: (/\S+)/emulator\.log", out.stdout).group(1)

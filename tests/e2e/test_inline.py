@@ -224,3 +224,22 @@ def test_calls_without_an_id_are_refused_before_anything_runs():
     with pytest.raises(ValueError, match="timeout"):
         toolfan.run_tool_calls([chat_call("x", "add", {})], timeout=0)
     assert toolfan.run_tool_calls([]) == []
+
+
+def test_a_wait_longer_than_redis_socket_timeout_still_gets_its_answer(threads_worker):
+    """redis-py times socket reads out after 5 s by default; a wait must outlast that."""
+    [message] = toolfan.run_tool_calls([chat_call("long", "nap", {"key": "long", "seconds": 6})])
+    assert message["content"] == "long:1"
+
+
+def test_run_function_calls_answers_exceptions_and_timeouts_with_error_json(threads_worker):
+    items = [
+        function_call("fx_boom", "boom", {}),
+        function_call("fx_slow", "nap", {"key": "fx-slow", "seconds": 3}),
+        function_call("fx_ok", "add", {"a": 1, "b": 1}),
+    ]
+    outputs = toolfan.run_function_calls(items, timeout=1.5, conversation_id="resp-errors")
+    by_id = {o["call_id"]: o["output"] for o in outputs}
+    assert by_id["fx_ok"] == "2"
+    assert "kaboom" in json.loads(by_id["fx_boom"])["error"]
+    assert "did not finish within the 1.5 s" in json.loads(by_id["fx_slow"])["error"]

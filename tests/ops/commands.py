@@ -21,7 +21,7 @@ from dispatcher.cli import build_parser
 from tests.services import ROOT
 
 #: toolfan's own queues, which the default worker group must consume.
-CONTROL_QUEUES = frozenset({"toolfan.submit", "toolfan.poll"})
+CONTROL_QUEUES = frozenset({"toolfan.submit", "toolfan.poll", "toolfan.model"})
 
 
 @dataclass

@@ -46,8 +46,9 @@ def test_routes_follow_the_registry():
     }
     assert route("toolfan.submit", (), {}, {}) == {"queue": "toolfan.submit"}
     assert route("toolfan.poll", (), {}, {}) == {"queue": "toolfan.poll"}
+    assert route("toolfan.model", ("conv_1",), {}, {}) == {"queue": "toolfan.model"}
     names = [q.name for q in celery_config(Settings(), reg)["task_queues"]]
-    assert names == ["fn.quick", "slow", "toolfan.submit", "toolfan.poll"]
+    assert names == ["fn.quick", "slow", "toolfan.submit", "toolfan.poll", "toolfan.model"]
 
 
 def test_tool_timeout_beyond_visibility_timeout_is_refused():
@@ -76,7 +77,11 @@ def test_settings_from_env():
 def test_worker_argv_defaults_and_subset():
     argv = worker_argv(["-c", "4"])
     queues = argv[argv.index("-Q") + 1].split(",")
-    assert "fn.add" in queues and queues[-2:] == ["toolfan.submit", "toolfan.poll"]
+    assert "fn.add" in queues and queues[-3:] == [
+        "toolfan.submit",
+        "toolfan.poll",
+        "toolfan.model",
+    ]
     assert worker_argv(["-Q", "fn.add"]) == ["worker", "-Q", "fn.add", "--loglevel", "INFO"]
 
 

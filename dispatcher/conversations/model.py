@@ -6,7 +6,8 @@ service            variables (``TOOLFAN_MODEL_API`` picks one; else the first on
 Azure AI Foundry   ``AZURE_AI_PROJECT_ENDPOINT``, ``AZURE_AI_AGENTS_TOKEN`` or an Entra
                    token (the ``azure`` extra); the project's ``/openai/v1``
 Azure OpenAI       ``AZURE_OPENAI_ENDPOINT``, ``AZURE_OPENAI_API_KEY`` (or
-                   ``AZURE_OPENAI_AD_TOKEN``); the resource's ``/openai/v1``
+                   ``AZURE_OPENAI_AD_TOKEN``), ``OPENAI_API_VERSION``; the SDK's
+                   ``AzureOpenAI`` client (the model is the deployment name)
 OpenAI             ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``
 =================  ==================================================================
 
@@ -27,6 +28,9 @@ from dispatcher.sources.assistants_config import FOUNDRY_SCOPE, EntraToken
 from dispatcher.sources.inline_calls import Api
 from tasks.settings import get_settings
 
+#: The Azure OpenAI API version when ``OPENAI_API_VERSION`` is unset: the first that serves
+#: Responses as well as Chat Completions.
+AZURE_API_VERSION = "2025-04-01-preview"
 #: Statuses worth another try: the service was busy or briefly broken.
 _RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 
@@ -64,18 +68,7 @@ def make_client(env: Mapping[str, str] | None = None) -> openai.OpenAI:
             base_url=f"{endpoint}/openai/v1", api_key=key, timeout=timeout, max_retries=0
         )
     if service == "azure-openai":
-        endpoint = _value(env, "AZURE_OPENAI_ENDPOINT").rstrip("/")
-        key = _value(env, "AZURE_OPENAI_API_KEY") or _value(env, "AZURE_OPENAI_AD_TOKEN")
-        if not key:
-            raise ModelError("set AZURE_OPENAI_API_KEY (or AZURE_OPENAI_AD_TOKEN)", retryable=False)
-        headers = {"api-key": key} if _value(env, "AZURE_OPENAI_API_KEY") else {}
-        return openai.OpenAI(
-            base_url=f"{endpoint}/openai/v1",
-            api_key=key,
-            default_headers=headers,
-            timeout=timeout,
-            max_retries=0,
-        )
+        return _azure_openai(env, timeout)
     if service != "openai":
         raise ModelError(
             f"TOOLFAN_MODEL_API={service!r} is not one of openai, azure-openai, foundry",
@@ -86,6 +79,21 @@ def make_client(env: Mapping[str, str] | None = None) -> openai.OpenAI:
     base = _value(env, "OPENAI_BASE_URL") or None
     return openai.OpenAI(
         api_key=_value(env, "OPENAI_API_KEY"), base_url=base, timeout=timeout, max_retries=0
+    )
+
+
+def _azure_openai(env: Mapping[str, str], timeout: float) -> openai.OpenAI:
+    """The SDK's own Azure client: ``/openai/deployments/{model}/...?api-version=``."""
+    key, token = _value(env, "AZURE_OPENAI_API_KEY"), _value(env, "AZURE_OPENAI_AD_TOKEN")
+    if not key and not token:
+        raise ModelError("set AZURE_OPENAI_API_KEY (or AZURE_OPENAI_AD_TOKEN)", retryable=False)
+    return openai.AzureOpenAI(
+        azure_endpoint=_value(env, "AZURE_OPENAI_ENDPOINT").rstrip("/"),
+        api_key=key or None,
+        azure_ad_token=None if key else token,
+        api_version=_value(env, "OPENAI_API_VERSION") or AZURE_API_VERSION,
+        timeout=timeout,
+        max_retries=0,
     )
 
 
@@ -109,16 +117,18 @@ def call_model(
     history: Sequence[Any],
     instructions: str | None,
     tools: Sequence[Mapping[str, Any]],
+    client: openai.OpenAI | None = None,
 ) -> dict[str, Any]:
     """One model answer, as saved: Chat's assistant message, or Responses' output items.
 
     Raises:
         ModelError: the call failed (``retryable`` says whether to try again).
     """
+    sdk = client if client is not None else get_client()
     try:
         if api is Api.CHAT:
-            return _chat(model, history, instructions, tools)
-        return _responses(model, history, instructions, tools)
+            return _chat(sdk, model, history, instructions, tools)
+        return _responses(sdk, model, history, instructions, tools)
     except openai.APIStatusError as exc:
         retry = exc.status_code in _RETRYABLE_STATUS
         raise ModelError(
@@ -138,11 +148,12 @@ def _message(exc: openai.APIStatusError) -> str:
 
 
 def _chat(
+    client: openai.OpenAI,
     model: str, history: Sequence[Any], instructions: str | None, tools: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
     messages: list[Any] = [{"role": "system", "content": instructions}] if instructions else []
     options: dict[str, Any] = {"tools": list(tools), "parallel_tool_calls": True} if tools else {}
-    completion = get_client().chat.completions.create(
+    completion = client.chat.completions.create(
         model=model, messages=[*messages, *history], **options
     )
     if not completion.choices:
@@ -159,12 +170,13 @@ def _chat(
 
 
 def _responses(
+    client: openai.OpenAI,
     model: str, history: Sequence[Any], instructions: str | None, tools: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
     options: dict[str, Any] = {"tools": list(tools)} if tools else {}
     if instructions:
         options["instructions"] = instructions
-    response = get_client().responses.create(model=model, input=list(history), **options)
+    response = client.responses.create(model=model, input=list(history), **options)
     if response.status not in (None, "completed"):
         detail = response.error.message if response.error else response.status
         raise ModelError(f"the response ended {response.status}: {detail}", retryable=False)

@@ -434,7 +434,11 @@ def _cmd_runs(args: argparse.Namespace, rest: list[str]) -> int:
             print("toolfan: runs watch takes THREAD_ID RUN_ID pairs", file=sys.stderr)
             return 2
         pairs = list(zip(ids[::2], ids[1::2], strict=True))
-        added = watches.add(pairs)
+        try:
+            added = watches.add(pairs)
+        except ValueError as exc:
+            print(f"toolfan: {exc}", file=sys.stderr)
+            return 2
         print(f"watching {len(pairs)} run(s), {added} new; {len(watches)} watched in all")
         if "assistants" not in _sources():
             print(

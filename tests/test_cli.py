@@ -102,3 +102,10 @@ def test_tools_lists_sdk_tools_with_their_own_schema():
 def test_tools_refuses_an_unknown_api():
     out = toolfan("tools", "--api", "completions", TOOLFAN_HANDLERS="handlers.examples")
     assert out.returncode == 2 and "invalid choice: 'completions'" in out.stderr
+
+
+def test_runs_watch_refuses_a_run_no_request_could_read(redis_client):
+    done = toolfan("runs", "watch", "thread_1", "..")
+    assert done.returncode == 2
+    assert "cannot name a run" in done.stderr and "Traceback" not in done.stderr
+    assert redis_client.hlen("toolfan:v2:assistants:watches") == 0

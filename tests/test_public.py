@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
+import pytest
+
 import toolfan
 
 
@@ -42,3 +44,14 @@ def test_watch_run_hands_a_run_to_the_pollers_once(redis_client):
     assert toolfan.watch_runs([("thread_1", "run_1"), ("thread/2", "run:2")]) == 1
     watched = {(w.thread_id, w.run_id) for w in Watches(redis_client).all()}
     assert watched == {("thread_1", "run_1"), ("thread/2", "run:2")}
+
+
+@pytest.mark.parametrize("bad", ["", ".", "..", "x" * 70_000, 5, None])
+def test_a_run_no_request_could_read_is_refused_and_nothing_is_watched(redis_client, bad):
+    from dispatcher.sources.assistants_watch import Watches
+
+    with pytest.raises(ValueError, match="cannot name a run"):
+        toolfan.watch_runs([("thread_ok", "run_ok"), ("thread_1", bad)])
+    with pytest.raises(ValueError, match="cannot name a run"):
+        toolfan.watch_run(bad, "run_1")
+    assert Watches(redis_client).all() == []

@@ -17,7 +17,8 @@ def watch_run(thread_id: str, run_id: str) -> bool:
     cancelled or passes its ``expires_at``. Watching a run twice is harmless.
 
     Raises:
-        ValueError: an id is empty.
+        ValueError: an id is not a string, is empty, is ``.`` or ``..``, or is too long
+            for a URL (the run could never be read).
         redis.RedisError: the ledger's Redis (``TOOLFAN_REDIS_URL``) cannot be reached.
     """
     return watch_runs([(thread_id, run_id)]) == 1

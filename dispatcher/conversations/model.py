@@ -149,7 +149,10 @@ def _message(exc: openai.APIStatusError) -> str:
 
 def _chat(
     client: openai.OpenAI,
-    model: str, history: Sequence[Any], instructions: str | None, tools: Sequence[Mapping[str, Any]]
+    model: str,
+    history: Sequence[Any],
+    instructions: str | None,
+    tools: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:
     messages: list[Any] = [{"role": "system", "content": instructions}] if instructions else []
     options: dict[str, Any] = {"tools": list(tools), "parallel_tool_calls": True} if tools else {}
@@ -171,7 +174,10 @@ def _chat(
 
 def _responses(
     client: openai.OpenAI,
-    model: str, history: Sequence[Any], instructions: str | None, tools: Sequence[Mapping[str, Any]]
+    model: str,
+    history: Sequence[Any],
+    instructions: str | None,
+    tools: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:
     options: dict[str, Any] = {"tools": list(tools)} if tools else {}
     if instructions:

@@ -17,6 +17,7 @@ from typing import Any, cast
 
 import redis
 
+from dispatcher.models import addressable
 from dispatcher.sources.assistants import NAME, batch_id, run_of
 from tasks import keys
 
@@ -49,8 +50,7 @@ class Watches:
         if len(pairs) > MAX_PER_CALL:
             raise ValueError(f"at most {MAX_PER_CALL} runs per call")
         for thread_id, run_id in pairs:
-            if not thread_id or not run_id:
-                raise ValueError("a run is named by a non-empty thread id and run id")
+            _check_ids(thread_id, run_id)
         now = time.time()
         pipe = self.client.pipeline(transaction=False)
         for thread_id, run_id in pairs:
@@ -74,6 +74,22 @@ class Watches:
 
     def __len__(self) -> int:
         return int(self.client.hlen(WATCHES))
+
+
+def _check_ids(thread_id: Any, run_id: Any) -> None:
+    """Refuse a run no request could read: the poller would fail on it every pass.
+
+    Raises:
+        ValueError: an id is not a string, is empty, is a dot-segment (``.``, ``..``), or
+            is too long for a URL.
+    """
+    for what, ident in (("thread id", thread_id), ("run id", run_id)):
+        if not isinstance(ident, str) or not addressable(ident):
+            shown = repr(ident)[:80]
+            raise ValueError(
+                f"{what} {shown} cannot name a run: a run is named by a non-empty thread id "
+                "and run id that a URL can carry (not '.' or '..', not over 64 KiB)"
+            )
 
 
 def _watch(key: Any, value: Any) -> Watch | None:

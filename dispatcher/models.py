@@ -15,6 +15,8 @@ from urllib.parse import quote_from_bytes
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, ValidationError
 
+from tasks.envelope import string_pairs
+
 SessionStatus = Literal["idle", "in_progress", "requires_action", "failed"]
 
 
@@ -215,9 +217,7 @@ def _or(value: Any, kind: type, default: Any) -> Any:
 
 
 def _metadata(value: Any) -> dict[str, str]:
-    if not isinstance(value, dict):
-        return {}
-    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+    return string_pairs(value)
 
 
 def _agent(value: Any) -> Agent | None:

@@ -25,7 +25,7 @@ from celery.result import AsyncResult, GroupResult
 from handlers.result import CallResult, Outcome
 from handlers.text import shown
 from tasks.app import app
-from tasks.envelope import Delivery, Envelope
+from tasks.envelope import Delivery, Envelope, bounded_metadata
 from tasks.execute import call_signature, result_payload, tool_timeout
 from tasks.ledger import FINAL_STATES, BatchView, CallRef, CallStatus, Dispatch, Ledger
 from tasks.liveness import Reaper
@@ -412,7 +412,7 @@ class Dispatcher:
             arguments=call.arguments,
             problem=call.problem,
             agent_id=batch.agent_id,
-            metadata=batch.metadata,
+            metadata=bounded_metadata(batch.metadata),
             deadline=dispatch.expires_at,
         )
 

@@ -18,6 +18,32 @@ from tasks.ledger import CallRef
 LEGACY_SOURCE = "agents"
 
 
+#: A batch's metadata as the APIs bound it: pairs, and characters of a key and of a value.
+METADATA_PAIRS, METADATA_KEY_CHARS, METADATA_VALUE_CHARS = 16, 64, 512
+
+
+def string_pairs(value: Any) -> dict[str, str]:
+    """The string-to-string pairs of a metadata object an API sent (anything else: none)."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def bounded_metadata(value: Any) -> dict[str, str] | None:
+    """A batch's metadata fit to copy into each of its calls' messages, or None if empty.
+
+    The APIs cap metadata at 16 pairs of a 64-character key and a 512-character value; a
+    hostile answer need not, and every call's message would carry its copy. So pairs past
+    those bounds are left out (the first 16 that fit are kept).
+    """
+    pairs = {
+        k: v
+        for k, v in string_pairs(value).items()
+        if len(k) <= METADATA_KEY_CHARS and len(v) <= METADATA_VALUE_CHARS
+    }
+    return dict(list(pairs.items())[:METADATA_PAIRS]) or None
+
+
 class BadEnvelope(ValueError):
     """A message whose envelope is not one toolfan wrote."""
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tasks.envelope import string_pairs
+
 #: Statuses after which a run takes no more outputs.
 TERMINAL = frozenset({"completed", "failed", "cancelled", "expired", "incomplete"})
 WAITING = "requires_action"
@@ -128,6 +130,4 @@ def _text(value: Any) -> str | None:
 
 
 def _metadata(value: Any) -> dict[str, str] | None:
-    if not isinstance(value, dict):
-        return None
-    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)} or None
+    return string_pairs(value) or None

@@ -15,7 +15,7 @@ from urllib.parse import quote_from_bytes
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, ValidationError
 
-from tasks.envelope import string_pairs
+from handlers.jsonsafe import string_pairs
 
 SessionStatus = Literal["idle", "in_progress", "requires_action", "failed"]
 

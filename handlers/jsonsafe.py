@@ -27,7 +27,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Final
@@ -479,3 +479,10 @@ def _encoded_size_without_recursion(value: Any) -> int:
         else:
             size += _utf8_size(_compact(item))
     return size
+
+
+def string_pairs(value: Any) -> dict[str, str]:
+    """The string-to-string pairs of a metadata object an API sent (anything else: none)."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}

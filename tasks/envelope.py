@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from handlers.jsonsafe import string_pairs
 from tasks.ledger import CallRef
 
 #: The source of a message written before envelopes: positional Agents session calls.
@@ -20,13 +21,6 @@ LEGACY_SOURCE = "agents"
 
 #: A batch's metadata as the APIs bound it: pairs, and characters of a key and of a value.
 METADATA_PAIRS, METADATA_KEY_CHARS, METADATA_VALUE_CHARS = 16, 64, 512
-
-
-def string_pairs(value: Any) -> dict[str, str]:
-    """The string-to-string pairs of a metadata object an API sent (anything else: none)."""
-    if not isinstance(value, Mapping):
-        return {}
-    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def bounded_metadata(value: Any) -> dict[str, str] | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tasks.envelope import string_pairs
+from handlers.jsonsafe import string_pairs
 
 #: Statuses after which a run takes no more outputs.
 TERMINAL = frozenset({"completed", "failed", "cancelled", "expired", "incomplete"})

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from dispatcher.conversations.cli import add_chat
+from dispatcher.webhook.cli import add_webhook
 from handlers.errors import ToolfanError
 
 if TYPE_CHECKING:  # the bench's modules load only when the bench runs
@@ -489,6 +490,7 @@ _PARSERS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], 
     _add_resubmit,
     _add_runs,
     add_chat,
+    add_webhook,
     _add_emulator,
     _add_bench,
 )

@@ -119,6 +119,11 @@ def conversation_end(conversation_id: str) -> str:
     return f"{PREFIX}:{VERSION}:conversation:{batch_tag(conversation_id)}:end"
 
 
+def webhook_seen(webhook_id: str) -> str:
+    """String marking a webhook delivery as taken, so a repeat of it does nothing."""
+    return f"{PREFIX}:{VERSION}:webhook:seen:{encode_id(webhook_id)}"
+
+
 #: SCAN patterns over every source: all call records, all claims.
 ALL_CALLS = f"{PREFIX}:{VERSION}:*:call:*"
 ALL_CLAIMS = f"{PREFIX}:{VERSION}:*:claim:*"

@@ -23,6 +23,8 @@ class ControlQueue(StrEnum):
 EXECUTE_TASK = "toolfan.execute"
 SUBMIT_TASK = "toolfan.submit"
 POLL_TASK = "toolfan.poll"
+#: A pushed event's targeted dispatch of one session (on the poll queue).
+PUSH_TASK = "toolfan.push"
 #: A durable tool loop's step (its model call, then its tool calls' dispatch).
 MODEL_TASK = "toolfan.model"
 
@@ -58,7 +60,7 @@ class Router:
             return {"queue": execute_queue(self.registry, str(fn))}
         if name == SUBMIT_TASK:
             return {"queue": ControlQueue.SUBMIT.value}
-        if name == POLL_TASK:
+        if name in (POLL_TASK, PUSH_TASK):
             return {"queue": ControlQueue.POLL.value}
         if name == MODEL_TASK:
             return {"queue": ControlQueue.MODEL.value}

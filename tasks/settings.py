@@ -15,6 +15,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     field_validator,
     model_validator,
@@ -92,6 +93,12 @@ class Settings(BaseModel):
     )
     model_timeout: float = Field(300.0, gt=0, description="seconds one model call may take")
     model_retries: int = Field(5, ge=0, description="retries of a model call failing briefly")
+    webhook_max_bytes: int = Field(
+        1_048_576, ge=1024, description="bytes of one webhook delivery the intake reads at most"
+    )
+    intake_token: SecretStr | None = Field(
+        None, description="bearer token of the intake server's operator endpoints"
+    )
     max_memory_per_child: int = Field(
         1024, ge=0, description="MiB a prefork pool process may reach before it is recycled"
     )
@@ -113,7 +120,7 @@ class Settings(BaseModel):
             raise ValueError("expected k=v pairs separated by commas, e.g. team=billing,env=prod")
         return dict(p.split("=", 1) for p in pairs)
 
-    @field_validator("agent_id", "action_expiry", mode="before")
+    @field_validator("agent_id", "action_expiry", "intake_token", mode="before")
     @classmethod
     def _blank_is_none(cls, value: Any) -> Any:
         return value or None

@@ -26,7 +26,7 @@ SHARED_ENV = {
     "OPENAI_API_KEY": "${OPENAI_API_KEY:-demo}",
     "TOOLFAN_HANDLERS": "${TOOLFAN_HANDLERS:-handlers.examples}",
 }
-TOOLFAN_SERVICES = {"worker-default", "worker-slow", "poller", "beat", "flower"}
+TOOLFAN_SERVICES = {"worker-default", "worker-slow", "poller", "beat", "flower", "webhook"}
 
 
 @pytest.fixture(scope="module")
@@ -142,3 +142,12 @@ def test_image_holds_every_package():
     dockerfile = read("Dockerfile")
     for package in (pattern.rstrip("*") for pattern in find["include"]):
         assert f"COPY {package} {package}" in dockerfile
+
+
+def test_the_webhook_intake_is_served_and_checked_on_healthz(services):
+    webhook = services["webhook"]
+    command = parse(webhook["command"])
+    assert command.name == "webhook" and command.options["host"] == "0.0.0.0"
+    assert "127.0.0.1:8088:8088" in webhook["ports"]
+    assert "/healthz" in " ".join(webhook["healthcheck"]["test"])
+    assert "OPENAI_WEBHOOK_SECRET" in webhook["environment"]

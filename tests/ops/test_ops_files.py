@@ -78,11 +78,14 @@ def test_k8s_manifests_have_the_expected_kinds():
         ("CronJob", "toolfan-poll"),
         ("Deployment", "toolfan-flower"),
         ("Deployment", "toolfan-poller"),
+        ("Deployment", "toolfan-webhook"),
         ("Deployment", "toolfan-worker-default"),
         ("Deployment", "toolfan-worker-slow"),
         ("Secret", "toolfan-flower"),
         ("Secret", "toolfan-secrets"),
+        ("Secret", "toolfan-webhook"),
         ("Service", "toolfan-flower"),
+        ("Service", "toolfan-webhook"),
     ]
     for doc in manifests():
         assert doc["apiVersion"] in {"v1", "apps/v1", "batch/v1"}, doc["metadata"]["name"]
@@ -249,6 +252,29 @@ def test_systemd_worker_template_runs_each_group_from_its_env_file():
         groups[f"worker-{group}"] = exec_start(worker["ExecStart"][0], env)
         assert env["TOOLFAN_METRICS_PORT"]
     check_worker_groups(groups)
+
+
+def test_k8s_webhook_is_ready_on_healthz_behind_a_service_with_its_secret():
+    webhook = by_kind("Deployment")["toolfan-webhook"]
+    command = container_command(webhook)
+    assert command.name == "webhook" and command.options["port"] == 8088
+    (container,) = pod_spec(webhook)["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    secret_names = [s["secretRef"]["name"] for s in container["envFrom"] if "secretRef" in s]
+    assert any("OPENAI_WEBHOOK_SECRET" in by_kind("Secret")[n]["stringData"] for n in secret_names)
+    service = by_kind("Service")["toolfan-webhook"]
+    assert service["spec"]["selector"].items() <= (
+        webhook["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert "TLS" in read("ops/k8s/webhook.yaml")
+
+
+def test_systemd_webhook_unit():
+    webhook = unit("toolfan-webhook.service")
+    command = exec_start(webhook["ExecStart"][0], {})
+    assert command.name == "webhook" and command.options["host"] == "127.0.0.1"
+    assert "/etc/toolfan/webhook.env" in webhook["EnvironmentFile"]
+    assert env_file("webhook.env.example")["OPENAI_WEBHOOK_SECRET"].startswith("whsec_")
 
 
 def test_systemd_poller_and_flower():

@@ -1,0 +1,235 @@
+"""The intake's ASGI app: ``POST /webhooks/openai``, ``POST /runs/watch``, health, metrics.
+
+A delivery is handled in this order, and each step answers for itself:
+
+1. ``413`` for a body over ``TOOLFAN_WEBHOOK_MAX_BYTES`` (read no further than that);
+2. ``401`` unless the signature verifies (:mod:`dispatcher.webhook.verify`): nothing of the
+   body has been read, and it is never logged;
+3. ``400`` for a verified body that is not the event JSON;
+4. ``200`` for a duplicate ``webhook-id`` (kept 72 h) and for events toolfan does not act on;
+5. ``202`` once the session's targeted dispatch is queued on ``toolfan.poll``;
+6. ``503`` when Redis or the broker cannot take it, so the platform delivers it again
+   (the ``webhook-id`` is only kept once the dispatch is queued).
+
+Nothing is dispatched for any answer but ``202``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from dispatcher.sources.assistants_watch import Watches
+from dispatcher.webhook.events import Event, Kind, NotAnEvent, read_event
+from dispatcher.webhook.metrics import DELIVERIES
+from dispatcher.webhook.push import push
+from dispatcher.webhook.verify import Unverified, secrets, verify
+from handlers.text import shown
+from tasks import keys
+from tasks.app import app as celery_app
+
+log = logging.getLogger("toolfan.webhook")
+
+#: Seconds a delivery's ``webhook-id`` is remembered (the platform retries up to 72 h).
+SEEN_TTL = 72 * 3600
+
+
+class TooLarge(Exception):
+    """A body over the intake's limit."""
+
+
+@dataclass(frozen=True)
+class IntakeConfig:
+    """What the intake needs, from the environment.
+
+    Attributes:
+        client: The ledger's Redis (deduplication, watched runs).
+        max_bytes: The largest delivery read.
+        secrets: The signing secrets (``OPENAI_WEBHOOK_SECRET``, comma-separated).
+        token: The operator endpoints' bearer token (``TOOLFAN_INTAKE_TOKEN``), if set.
+    """
+
+    client: redis.Redis
+    max_bytes: int
+    secrets: tuple[str, ...]
+    token: str | None
+
+
+def answer(status: int, outcome: str, event: str = "none", **fields: Any) -> JSONResponse:
+    """An answer, counted."""
+    DELIVERIES.labels(outcome, event).inc()
+    return JSONResponse({"outcome": outcome, **fields}, status_code=status)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, never more than ``limit`` bytes of it.
+
+    Raises:
+        TooLarge: the body (or its announced length) is over the limit.
+    """
+    announced = request.headers.get("content-length", "")
+    if announced.isdigit() and int(announced) > limit:
+        raise TooLarge
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise TooLarge
+    return bytes(body)
+
+
+class Intake:
+    """The handlers, over one configuration."""
+
+    def __init__(self, config: IntakeConfig) -> None:
+        self.config = config
+
+    async def openai(self, request: Request) -> Response:
+        """One delivery from the platform (see the module docstring for the order)."""
+        received = time.time()
+        webhook_id = request.headers.get("webhook-id", "")
+        try:
+            body = await read_body(request, self.config.max_bytes)
+        except TooLarge:
+            log.warning(
+                "webhook-id=%s refused: over %d bytes", shown(webhook_id), self.config.max_bytes
+            )
+            return answer(413, "too_large")
+        try:
+            verify(body, dict(request.headers), self.config.secrets)
+        except Unverified as exc:
+            log.warning("webhook-id=%s refused: %s", shown(webhook_id), exc)
+            return answer(401, "unauthorized", error="the signature does not verify")
+        try:
+            event = read_event(body)
+        except NotAnEvent as exc:
+            log.warning("webhook-id=%s refused: %s", shown(webhook_id), exc)
+            return answer(400, "bad_request", error=str(exc))
+        try:
+            return await run_in_threadpool(self._take, webhook_id, event, received)
+        except (redis.RedisError, OSError) as exc:
+            return self._unavailable(webhook_id, exc)
+        except Exception as exc:  # kombu's broker errors have no common root
+            return self._unavailable(webhook_id, exc)
+
+    def _take(self, webhook_id: str, event: Event, received: float) -> Response:
+        """Deduplicate, then queue the dispatch (blocking: runs in a worker thread)."""
+        seen = keys.webhook_seen(webhook_id)
+        if not self.config.client.set(seen, event.type, nx=True, ex=SEEN_TTL):
+            return answer(200, "duplicate", event.label)
+        if event.kind is Kind.IGNORE:
+            log.info(
+                "webhook-id=%s %s (%s) acknowledged, nothing to do",
+                shown(webhook_id),
+                event.type[:80],
+                event.action,
+            )
+            return answer(200, "ignored", event.label)
+        try:
+            push.apply_async((event.session_id, received), retry=False, ignore_result=True)
+        except BaseException:
+            self.config.client.delete(seen)  # not taken: the platform's retry must count
+            raise
+        log.info(
+            "webhook-id=%s session_id=%s dispatch queued",
+            shown(webhook_id),
+            shown(event.session_id or ""),
+        )
+        return answer(202, "accepted", event.label, session_id=event.session_id)
+
+    def _unavailable(self, webhook_id: str, exc: BaseException) -> Response:
+        log.error(
+            "webhook-id=%s not taken (%s: %s); the platform will retry",
+            shown(webhook_id),
+            type(exc).__name__,
+            exc,
+        )
+        return answer(503, "unavailable", error="toolfan cannot take deliveries right now")
+
+    async def healthz(self, request: Request) -> Response:
+        """200 when Redis and the broker answer, else 503 naming which does not."""
+        checks = await run_in_threadpool(self._checks)
+        status = 200 if all(v == "ok" for v in checks.values()) else 503
+        return JSONResponse(checks, status_code=status)
+
+    def _checks(self) -> dict[str, str]:
+        checks = {}
+        try:
+            self.config.client.ping()
+            checks["redis"] = "ok"
+        except redis.RedisError as exc:
+            checks["redis"] = f"down: {type(exc).__name__}"
+        try:
+            with celery_app.connection_for_write() as conn:
+                conn.ensure_connection(max_retries=1, timeout=2)
+            checks["broker"] = "ok"
+        except Exception as exc:  # kombu's connection errors have no common root
+            checks["broker"] = f"down: {type(exc).__name__}"
+        return checks
+
+    async def metrics(self, request: Request) -> Response:
+        """Prometheus metrics of this process."""
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    async def watch_run(self, request: Request) -> Response:
+        """``toolfan runs watch`` over HTTP: ``{"thread_id", "run_id"}``, bearer token."""
+        if self.config.token is None:
+            return JSONResponse({"error": "set TOOLFAN_INTAKE_TOKEN to enable this endpoint"}, 403)
+        if not _bearer_matches(request.headers, self.config.token):
+            return JSONResponse({"error": "a valid bearer token is required"}, 401)
+        try:
+            body = json.loads(await read_body(request, 65_536))
+            pair = (body["thread_id"], body["run_id"])
+            added = await run_in_threadpool(Watches(self.config.client).add, [pair])
+        except TooLarge:
+            return JSONResponse({"error": "body too large"}, 413)
+        except (ValueError, KeyError, TypeError) as exc:
+            return JSONResponse({"error": f"expected {{'thread_id', 'run_id'}}: {exc}"[:300]}, 400)
+        except redis.RedisError:
+            return JSONResponse({"error": "toolfan cannot take watches right now"}, 503)
+        return JSONResponse({"watching": True, "new": added == 1})
+
+
+def _bearer_matches(headers: Mapping[str, str], token: str) -> bool:
+    """Whether the request carries the token, compared in constant time."""
+    given = headers.get("authorization", "")
+    scheme, _, value = given.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(value.encode(), token.encode())
+
+
+def build_app(config: IntakeConfig) -> Starlette:
+    """The intake's ASGI app over ``config``."""
+    intake = Intake(config)
+    return Starlette(
+        routes=[
+            Route("/webhooks/openai", intake.openai, methods=["POST"]),
+            Route("/runs/watch", intake.watch_run, methods=["POST"]),
+            Route("/healthz", intake.healthz, methods=["GET"]),
+            Route("/metrics", intake.metrics, methods=["GET"]),
+        ]
+    )
+
+
+def config_from_env() -> IntakeConfig:
+    """The intake's configuration from this process's settings and environment."""
+    from dispatcher.sources.agents import SOURCE
+    from tasks.runtime import get_ledger, get_settings
+
+    settings = get_settings()
+    token = settings.intake_token.get_secret_value() if settings.intake_token else None
+    return IntakeConfig(
+        get_ledger(SOURCE.name).client, settings.webhook_max_bytes, secrets(), token
+    )

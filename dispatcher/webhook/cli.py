@@ -1,0 +1,119 @@
+"""``toolfan webhook``: serve the intake, and manage the platform's webhook endpoints.
+
+* ``toolfan webhook [--host 127.0.0.1] [--port 8088]`` serves the intake (uvicorn);
+* ``toolfan webhook register URL [--event TYPE ...] [--name NAME]`` creates the endpoint
+  through the API and prints its id and signing secret, once (the API shows it only then);
+* ``toolfan webhook list`` and ``toolfan webhook delete ID``.
+
+Endpoints are managed with the official SDK (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``).
+Imports stay inside the functions: the parser is built before a gevent worker patches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+DEFAULT_EVENTS = ("agent.session.action_required",)
+
+
+def add_webhook(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``toolfan webhook``."""
+    p = sub.add_parser(
+        "webhook",
+        help="serve the signed webhook intake, or register/list/delete the API's endpoints",
+        description="'toolfan webhook' serves POST /webhooks/openai (signed with "
+        "OPENAI_WEBHOOK_SECRET), POST /runs/watch, GET /healthz and GET /metrics; put it "
+        "behind TLS. 'register URL' creates the endpoint and prints its signing secret once; "
+        "'list' and 'delete ID' complete it.",
+    )
+    p.add_argument(
+        "action", nargs="?", default="serve", choices=["serve", "register", "list", "delete"]
+    )
+    p.add_argument(
+        "target", nargs="?", metavar="URL_OR_ID", help="register: the URL; delete: the id"
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8088)
+    p.add_argument("--event", action="append", dest="events", metavar="TYPE", help="repeatable")
+    p.add_argument("--name", default="toolfan")
+    p.set_defaults(command=cmd_webhook, passthrough=False)
+
+
+def cmd_webhook(args: argparse.Namespace, rest: list[str]) -> int:
+    """Run the chosen action."""
+    if args.action == "serve":
+        return _serve(args.host, args.port)
+    import openai
+
+    try:
+        return _manage(args)
+    except openai.OpenAIError as exc:
+        print(f"toolfan: webhook {args.action}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _manage(args: argparse.Namespace) -> int:
+    if args.action == "list":
+        return _list()
+    if not args.target:
+        print(
+            f"toolfan: webhook {args.action} needs "
+            + ("the endpoint's URL" if args.action == "register" else "the endpoint's id"),
+            file=sys.stderr,
+        )
+        return 2
+    if args.action == "register":
+        return _register(args.target, args.events or list(DEFAULT_EVENTS), args.name)
+    return _delete(args.target)
+
+
+def _serve(host: str, port: int) -> int:
+    import uvicorn
+
+    from dispatcher.webhook.app import build_app, config_from_env
+    from dispatcher.webhook.verify import SECRET_VARIABLE
+
+    config = config_from_env()
+    if not config.secrets:
+        print(
+            f"toolfan: warning: {SECRET_VARIABLE} is not set: every delivery is refused (401)",
+            file=sys.stderr,
+        )
+    print(f"webhook intake listening on http://{host}:{port}/webhooks/openai", flush=True)
+    uvicorn.run(build_app(config), host=host, port=port, log_level="warning", access_log=False)
+    return 0
+
+
+def _client() -> Any:
+    import openai
+
+    return openai.OpenAI(max_retries=2)
+
+
+def _register(url: str, events: list[str], name: str) -> int:
+    endpoint = _client().webhooks.create(url=url, event_types=events, name=name)
+    print(f"webhook endpoint {endpoint.id} for {endpoint.url} ({', '.join(endpoint.event_types)})")
+    print(
+        f"signing secret (shown once; set it as OPENAI_WEBHOOK_SECRET): {endpoint.signing_secret}"
+    )
+    return 0
+
+
+def _list() -> int:
+    for endpoint in _client().webhooks.list():
+        fields = ("id", "url", "name", "event_types", "signing_secret_hint", "created_at")
+        print(json.dumps({k: getattr(endpoint, k, None) for k in fields}))
+    return 0
+
+
+def _delete(endpoint_id: str) -> int:
+    deleted = _client().webhooks.delete(endpoint_id)
+    print(
+        f"webhook endpoint {endpoint_id} deleted"
+        if getattr(deleted, "deleted", True)
+        else f"webhook endpoint {endpoint_id} not deleted"
+    )
+    return 0

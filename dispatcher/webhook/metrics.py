@@ -1,0 +1,27 @@
+"""The intake's metrics: deliveries by outcome and event type, and push-to-dispatch time.
+
+Labels are bounded: outcomes are this module's words, event types the known ones or
+``other`` (a forged delivery never reaches the type label: it is refused first).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+DELIVERIES = Counter(
+    "toolfan_webhook_deliveries",
+    "Webhook deliveries by outcome (accepted, duplicate, ignored, bad_request, "
+    "unauthorized, too_large, unavailable) and event type",
+    ["outcome", "event"],
+)
+PUSH_TO_DISPATCH = Histogram(
+    "toolfan_webhook_push_to_dispatch_seconds",
+    "Seconds from a delivery's arrival at the intake to its session's dispatch",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+PUSHES = Counter(
+    "toolfan_webhook_dispatches",
+    "Targeted dispatches of pushed sessions, by result (dispatched, nothing_pending, "
+    "gone, unreadable)",
+    ["result"],
+)

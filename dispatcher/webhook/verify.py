@@ -1,0 +1,67 @@
+"""Verifying a delivery's Standard Webhooks signature, with the official SDK's verifier.
+
+The secret is ``OPENAI_WEBHOOK_SECRET`` (the SDK's own variable); a comma-separated list
+accepts the old and the new secret while a secret is rotated. A delivery passes when any
+secret verifies any of its signatures, and its timestamp is within 300 s of now. Nothing
+of the body is read before: a forged delivery costs one HMAC per secret, and its body is
+never parsed, logged or kept.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from functools import cache
+
+import openai
+
+#: Seconds a delivery's timestamp may be off, either way.
+TOLERANCE = 300
+SECRET_VARIABLE = "OPENAI_WEBHOOK_SECRET"  # noqa: S105  # a variable's name, not a secret
+
+
+class Unverified(Exception):
+    """A delivery whose signature or timestamp does not check out (the message says which)."""
+
+
+def secrets(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The signing secrets the environment names, in order."""
+    raw = (os.environ if env is None else env).get(SECRET_VARIABLE, "")
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+@cache
+def _verifier() -> openai.OpenAI:
+    """An SDK client used only for its verifier (it makes no request)."""
+    return openai.OpenAI(api_key="unused-by-the-verifier", webhook_secret=None)
+
+
+def verify(body: bytes, headers: Mapping[str, str], keys: Sequence[str]) -> None:
+    """Pass if a secret verifies the delivery.
+
+    Raises:
+        Unverified: no secret is set, a header is missing, the timestamp is off, or no
+            signature matches.
+    """
+    if not keys:
+        raise Unverified(f"{SECRET_VARIABLE} is not set, so no delivery can be verified")
+    wanted = ("webhook-id", "webhook-timestamp", "webhook-signature")
+    present = {k.lower(): v for k, v in headers.items() if k.lower() in wanted}
+    missing = [name for name in wanted if not present.get(name)]
+    if missing:
+        raise Unverified(f"missing header {', '.join(missing)}")
+    last: Exception | None = None
+    for key in keys:
+        try:
+            _verifier().webhooks.verify_signature(body, present, secret=key, tolerance=TOLERANCE)
+            return
+        except Exception as exc:  # the SDK raises its own, ValueError, binascii, Unicode...
+            last = exc
+    raise Unverified(_reason(last))
+
+
+def _reason(exc: Exception | None) -> str:
+    text = str(exc) if exc is not None else "no signature matches"
+    if isinstance(exc, openai.InvalidWebhookSignatureError):
+        return text
+    return f"unreadable signature headers ({type(exc).__name__})"

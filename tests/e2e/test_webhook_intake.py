@@ -1,0 +1,195 @@
+"""The webhook intake over real HTTP: verified deliveries dispatch, refused ones never do.
+
+A real ``toolfan webhook`` process on a free port, the session's worker, the emulator's
+sessions. Deliveries are signed here with the ``standardwebhooks`` package (the scheme the
+platform uses) and posted with httpx; every refused one is checked to have dispatched
+nothing: no ledger record, no side effect, no ``webhook-id`` kept.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+from standardwebhooks import Webhook
+
+from dispatcher.devstack import Service, free_port
+from emulator import function_call
+from tests.conftest import worker_env
+from tests.services import wait_for
+
+pytestmark = pytest.mark.usefixtures("worker")
+
+SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
+OLD_SECRET = "whsec_" + base64.b64encode(b"o" * 32).decode()
+TOKEN = "intake-" + secrets.token_hex(8)
+
+
+@pytest.fixture(scope="module")
+def intake(emulator) -> Iterator[str]:
+    """A ``toolfan webhook`` process; its base URL."""
+    port = free_port()
+    log = Path(os.environ["TOOLFAN_TEST_TMP"]) / "intake.log"
+    env = worker_env(OPENAI_WEBHOOK_SECRET=f"{OLD_SECRET},{SECRET}", TOOLFAN_INTAKE_TOKEN=TOKEN)
+    service = Service(["webhook", "--port", str(port)], log, env)
+    try:
+        service.wait_for_output("listening", 30)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        service.stop()
+
+
+def event(
+    session_id: str, action: str = "function_call", kind: str = "agent.session.action_required"
+) -> bytes:
+    body = {
+        "id": f"evt_{uuid.uuid4().hex}",
+        "object": "event",
+        "type": kind,
+        "created_at": int(time.time()),
+        "data": {"id": session_id, "required_action": {"type": action}},
+    }
+    return json.dumps(body).encode()
+
+
+def signed(
+    body: bytes, secret: str = SECRET, *, at: float | None = None, wid: str | None = None
+) -> dict[str, str]:
+    wid = wid or f"msg_{uuid.uuid4().hex}"
+    when = datetime.fromtimestamp(at if at is not None else time.time(), tz=UTC)
+    signature = Webhook(secret).sign(wid, when, body.decode())
+    return {
+        "webhook-id": wid,
+        "webhook-timestamp": str(int(when.timestamp())),
+        "webhook-signature": signature,
+        "content-type": "application/json",
+    }
+
+
+def post(intake: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
+    return httpx.post(f"{intake}/webhooks/openai", content=body, headers=headers, timeout=10)
+
+
+def waiting_session(api, key: str) -> str:
+    session = api.create_session([function_call("count", {"key": key})])
+    return str(session["id"])
+
+
+def dispatched_nothing(api, redis_client, sid: str, key: str, wid: str) -> None:
+    time.sleep(1.0)  # a dispatch would have reached the ledger well within this
+    assert not list(redis_client.scan_iter(match=f"toolfan:v2:agents:call:{{{sid}}}*"))
+    assert redis_client.get(f"test:runs:{key}") is None
+    assert api.batches(sid) == []
+    assert not redis_client.exists(f"toolfan:v2:webhook:seen:{wid}")
+
+
+def test_a_verified_delivery_dispatches_its_session_once(intake, api, redis_client):
+    sid = waiting_session(api, "push-ok")
+    body = event(sid)
+    headers = signed(body)
+    started = time.perf_counter()
+    answer = post(intake, body, headers)
+    assert answer.status_code == 202, answer.text
+    assert answer.json()["session_id"] == sid
+    wait_for(lambda: api.batches(sid), 10, "the pushed session's batch")
+    assert time.perf_counter() - started < 5
+    assert redis_client.get("test:runs:push-ok") == "1"
+    again = post(intake, body, headers)  # the platform delivers it twice
+    assert again.status_code == 200 and again.json()["outcome"] == "duplicate"
+    time.sleep(0.5)
+    assert len(api.batches(sid)) == 1 and redis_client.get("test:runs:push-ok") == "1"
+
+
+def test_the_old_secret_still_verifies_while_a_secret_is_rotated(intake, api):
+    sid = waiting_session(api, "push-old")
+    body = event(sid)
+    assert post(intake, body, signed(body, OLD_SECRET)).status_code == 202
+    wait_for(lambda: api.batches(sid), 10, "the pushed session's batch")
+
+
+def _forged(body: bytes) -> list[tuple[str, bytes, dict[str, str]]]:
+    now = int(time.time())  # whole seconds, as the header carries them
+    good = signed(body)
+    tampered = body.replace(b'"function_call"', b'"function_call" ')
+    cases = [
+        ("wrong secret", body, signed(body, "whsec_" + base64.b64encode(b"x" * 32).decode())),
+        ("tampered body", tampered, good),
+        ("301 s old", body, signed(body, at=now - 301)),
+        ("301 s ahead", body, signed(body, at=now + 301)),
+        ("garbage signature", body, {**good, "webhook-signature": "v1,!!!notbase64"}),
+        ("no v1 signature", body, {**good, "webhook-signature": "v2,abc"}),
+    ]
+    for header in ("webhook-id", "webhook-timestamp", "webhook-signature"):
+        cases.append((f"no {header}", body, {k: v for k, v in good.items() if k != header}))
+    return cases
+
+
+@pytest.mark.parametrize("case", range(9))
+def test_a_forged_or_stale_delivery_is_refused_and_dispatches_nothing(
+    intake, api, redis_client, case
+):
+    key = f"forged-{case}"
+    sid = waiting_session(api, key)
+    name, body, headers = _forged(event(sid))[case]
+    answer = post(intake, body, headers)
+    assert answer.status_code == 401, (name, answer.text)
+    dispatched_nothing(api, redis_client, sid, key, headers.get("webhook-id", "none"))
+
+
+def test_an_oversized_body_is_refused_unread(intake, api, redis_client):
+    sid = waiting_session(api, "big")
+    body = event(sid)[:-1] + b', "pad": "' + b"x" * 1_100_000 + b'"}'
+    headers = signed(body)
+    assert post(intake, body, headers).status_code == 413
+    dispatched_nothing(api, redis_client, sid, "big", headers["webhook-id"])
+
+
+def test_a_signed_body_that_is_not_the_event_json_is_a_bad_request(intake, api, redis_client):
+    sid = waiting_session(api, "bad-json")
+    for body in (
+        b"{not json",
+        b"[1, 2]",
+        json.dumps({"type": "agent.session.action_required"}).encode(),
+    ):
+        headers = signed(body)
+        assert post(intake, body, headers).status_code == 400
+        dispatched_nothing(api, redis_client, sid, "bad-json", headers["webhook-id"])
+
+
+def test_other_events_and_action_types_are_acknowledged_and_left_alone(intake, api, redis_client):
+    sid = waiting_session(api, "other")
+    for body in (event(sid, action="mcp_approval_request"), event(sid, kind="agent.session.idle")):
+        answer = post(intake, body, signed(body))
+        assert answer.status_code == 200 and answer.json()["outcome"] == "ignored"
+    time.sleep(1.0)
+    assert api.batches(sid) == [] and redis_client.get("test:runs:other") is None
+
+
+def test_healthz_and_metrics(intake):
+    health = httpx.get(f"{intake}/healthz", timeout=10)
+    assert health.status_code == 200 and health.json() == {"redis": "ok", "broker": "ok"}
+    metrics = httpx.get(f"{intake}/metrics", timeout=10).text
+    assert "toolfan_webhook_deliveries_total" in metrics
+
+
+def test_runs_watch_needs_the_token_and_watches_the_run(intake, redis_client):
+    url = f"{intake}/runs/watch"
+    pair = {"thread_id": "thread_w", "run_id": "run_w"}
+    assert httpx.post(url, json=pair, timeout=10).status_code == 401
+    wrong = {"authorization": "Bearer nope"}
+    assert httpx.post(url, json=pair, headers=wrong, timeout=10).status_code == 401
+    good = {"authorization": f"Bearer {TOKEN}"}
+    answer = httpx.post(url, json=pair, headers=good, timeout=10)
+    assert answer.status_code == 200 and answer.json() == {"watching": True, "new": True}
+    assert redis_client.hexists("toolfan:v2:assistants:watches", json.dumps(["thread_w", "run_w"]))
+    bad = httpx.post(url, json={"thread_id": "..", "run_id": "r"}, headers=good, timeout=10)
+    assert bad.status_code == 400

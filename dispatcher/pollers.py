@@ -112,17 +112,35 @@ def source_names(names: Sequence[str] | None = None) -> tuple[str, ...]:
         UnknownSourceSetting: a name is not a source toolfan polls.
     """
     chosen = tuple(names if names is not None else get_settings().sources)
-    unknown = [n for n in chosen if n not in POLLED]
+    unknown = [n for n in chosen if n not in (*POLLED, UNPOLLED)]
     if unknown or not chosen:
         raise UnknownSourceSetting(
             f"TOOLFAN_SOURCES: {', '.join(unknown) or '(empty)'} is not a source toolfan "
-            f"polls; choose from {', '.join(POLLED)}"
+            f"knows; choose from {', '.join((*POLLED, UNPOLLED))}"
         )
     return chosen
 
 
+def polled_names(names: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The configured sources a poll pass reads.
+
+    Raises:
+        UnknownSourceSetting: a name is unknown, or none of them is polled.
+    """
+    polled = tuple(n for n in source_names(names) if n in POLLED)
+    if not polled:
+        raise UnknownSourceSetting(
+            f"TOOLFAN_SOURCES: {UNPOLLED} alone names nothing to poll (its calls are handed "
+            "to the fleet by the application); add agents or assistants to poll"
+        )
+    return polled
+
+
 #: The sources a poll pass can read.
 POLLED = ("agents", "assistants")
+#: The source no poll reads: an application's own tool calls. ``TOOLFAN_SOURCES=inline``
+#: says a fleet serves only those (and the tool loop), so its workers need no API key.
+UNPOLLED = "inline"
 
 
 @cache
@@ -135,7 +153,7 @@ def process_pollers() -> SourcePoller:
     from dispatcher.poll import new_reaper, process_poller
     from dispatcher.sources.assistants_poll import runs_poller
 
-    names = source_names()
+    names = polled_names()
     if names == ("agents",):
         return process_poller()
     pollers: dict[str, SourcePoller] = {}

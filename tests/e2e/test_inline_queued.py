@@ -31,3 +31,40 @@ def test_calls_still_queued_at_the_timeout_never_run(redis_client):
         assert again == [message]
     finally:
         worker.stop()
+
+
+def test_an_inline_only_fleet_needs_no_api_key(redis_client, tmp_path):
+    """``TOOLFAN_SOURCES=inline``: workers answer run_tool_calls with no Agents API at all.
+
+    Without it the worker refuses to start without OPENAI_API_KEY (it would submit to the
+    Agents API); a poller of nothing refuses, naming the setting.
+    """
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import worker_env
+    from tests.services import ROOT, Worker
+
+    env = worker_env(TOOLFAN_SOURCES="inline")
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        env.pop(name, None)
+    args = ["-P", "threads", "-c", "4", "-n", "keyless@%h", "--without-mingle", "--without-gossip"]
+    worker = Worker([*args, "-Q", "fn.inline"], tmp_path / "keyless.log", env)
+    try:
+        worker.wait_ready()
+        call = chat_call("keyless", "nap", {"key": "keyless", "seconds": 0})
+        assert toolfan.run_tool_calls([call])[0]["content"] == "keyless:1"
+    finally:
+        worker.stop()
+    polled = subprocess.run(
+        [sys.executable, "-m", "dispatcher.cli", "poll", "--once"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert polled.returncode != 0 and "inline alone names nothing to poll" in polled.stderr
+    assert os.environ.get("TOOLFAN_SOURCES") is None

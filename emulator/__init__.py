@@ -16,6 +16,7 @@ from emulator.jsontext import RawJson
 from emulator.server import EmulatorServer, serve
 from emulator.state import AcceptedBatch, EmulatorState, RequestRecord
 from emulator.testing import running_emulator
+from emulator.webhooks import WebhookFaults
 from emulator.wire import (
     computer_use_approval_request,
     environment_connection,
@@ -31,6 +32,7 @@ __all__ = [
     "Faults",
     "RawJson",
     "RequestRecord",
+    "WebhookFaults",
     "computer_use_approval_request",
     "environment_connection",
     "function_call",

@@ -3,7 +3,8 @@
 The APIs are the Agents sessions under ``/v1`` and the run-shaped Assistants protocol in
 three flavours: ``/v1`` (OpenAI), ``/openai`` (Azure OpenAI) and ``/api/projects/{project}``
 (Azure AI Foundry Agent Service). Chat Completions and Responses, answered by a scripted
-model, are served under ``/v1``, ``/openai`` and ``/openai/v1`` (``emulator.chat``).
+model, are served under ``/v1``, ``/openai`` and ``/openai/v1`` (``emulator.chat``), and
+the webhook endpoints API under ``/v1`` (``emulator.webhooks``).
 
 The outermost layer implements the "lost 202" fault. An ASGI app cannot close a connection
 without answering (a server answers 500 for an app that returns silently), so the layer
@@ -30,6 +31,8 @@ from emulator.paths import display_path
 from emulator.runs.admin import RunsAdmin
 from emulator.runs.routes import RunsApi
 from emulator.state import EmulatorState
+from emulator.webhooks.admin import WebhooksAdmin
+from emulator.webhooks.routes import WebhooksApi
 from emulator.wire import WireError
 
 _DROP = DROP_HEADER.encode()
@@ -78,9 +81,11 @@ class EmulatorApp:
                 *api.routes("/v1"),
                 *RunsApi(api).routes(),
                 *ChatApi(api).routes(),
+                *WebhooksApi(api).routes("/v1"),
                 *Admin(self.state).routes("/_emulator"),
                 *RunsAdmin(self.state).routes("/_emulator"),
                 *ChatAdmin(self.state.chat).routes("/_emulator/chat"),
+                *WebhooksAdmin(self.state.webhooks).routes("/_emulator/webhooks"),
             ],
             exception_handlers={404: _http_error, 405: _http_error},
         )

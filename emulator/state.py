@@ -32,7 +32,9 @@ from emulator.validation import (
     check_shape,
     refuse_content,
 )
-from emulator.wire import JSON, WireError, new_id
+from emulator.webhooks.events import waiting_type
+from emulator.webhooks.state import WebhookState
+from emulator.wire import JSON, ActionKey, WireError, new_id
 
 #: The request log keeps the most recent requests only, so long demos stay bounded in memory.
 REQUEST_LOG_SIZE = 100_000
@@ -133,6 +135,8 @@ class EmulatorState(RunsState):
         self._runs = RunStore()
         #: The scripted model of Chat Completions and Responses (``emulator.chat``).
         self.chat = ChatState()
+        #: Webhook endpoints and the events pushed to them (``emulator.webhooks``).
+        self.webhooks = WebhookState()
 
     # --- scripting -------------------------------------------------------------------------
 
@@ -174,6 +178,7 @@ class EmulatorState(RunsState):
                 raise ValueError(f"cannot create a session with status {status!r}")
             self._seq += 1
             self._sessions[sid] = session
+            self._announce(session, set())
             return session.to_json(self.clock())
 
     def add_actions(
@@ -189,7 +194,9 @@ class EmulatorState(RunsState):
         raws = [RawAction.from_spec(a) for a in raw_actions]
         with self._lock:
             session = self._get(session_id)
+            before = session.pending_keys()
             session.add_actions(actions, raws)
+            self._announce(session, before)
             return session.to_json(self.clock())
 
     def set_faults(self, faults: Faults | None = None, **knobs: Any) -> Faults:
@@ -205,9 +212,13 @@ class EmulatorState(RunsState):
             return self._injector.faults
 
     def reset(self) -> None:
-        """Forget sessions, runs, chat scripts and responses, recordings, keys and faults."""
+        """Forget sessions, runs, chat scripts and responses, recordings, keys and faults.
+
+        Webhook endpoints go too, and every queued delivery is abandoned.
+        """
         with self._lock:
             self.chat.clear()
+            self.webhooks.clear()
             self._runs.clear()
             self._sessions.clear()
             self._batches.clear()
@@ -318,15 +329,24 @@ class EmulatorState(RunsState):
         lost: bool,
     ) -> None:
         now = self.clock()
+        waited = waiting_type(session)
         answered = {k for k in map(answered_key, events) if k is not None}
         cancel = any(e["type"] == "agent.session.input.cancel" for e in events)
         messages = any(e["type"] == "agent.session.input.message" for e in events)
         session.accept(answered, now + self._injector.faults.apply_lag, cancel, messages)
         session.settle(now, self.turn_duration)
+        if waited is not None and not session.pending_keys():
+            self.webhooks.session_answered(session.id, waited)  # the ``stale`` fault's cue
         batch = AcceptedBatch(
             session.id, copy.deepcopy(events), key, dict(headers), time.time(), lost
         )
         self._batches.append(batch)
+
+    def _announce(self, session: Session, before: set[ActionKey]) -> None:
+        """Push ``agent.session.action_required`` if ``session`` now waits on new actions."""
+        action_type = waiting_type(session)
+        if session.error is None and action_type and session.pending_keys() - before:
+            self.webhooks.session_waiting(session.id, action_type)
 
     def _get(self, session_id: str) -> Session:
         session = self._sessions.get(session_id)

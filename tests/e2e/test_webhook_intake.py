@@ -193,3 +193,38 @@ def test_runs_watch_needs_the_token_and_watches_the_run(intake, redis_client):
     assert redis_client.hexists("toolfan:v2:assistants:watches", json.dumps(["thread_w", "run_w"]))
     bad = httpx.post(url, json={"thread_id": "..", "run_id": "r"}, headers=good, timeout=10)
     assert bad.status_code == 400
+
+
+def test_toolfan_webhook_register_list_and_delete_through_the_api(api):
+    import subprocess
+    import sys
+
+    from tests.services import ROOT
+
+    def toolfan(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "dispatcher.cli", "webhook", *args],
+            env=worker_env(),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    made = toolfan("register", "https://toolfan.example.com/webhooks/openai")
+    assert made.returncode == 0, made.stderr
+    endpoint_id = made.stdout.split()[2]
+    assert endpoint_id.startswith("we_") and "whsec_" in made.stdout
+    (endpoint,) = api.webhooks.endpoints()
+    assert endpoint["event_types"] == ["agent.session.action_required"]
+    listed = [json.loads(line) for line in toolfan("list").stdout.splitlines()]
+    assert [e["id"] for e in listed] == [endpoint_id]
+    secret = made.stdout.rsplit(": ", 1)[1].strip()
+    assert secret.startswith("whsec_") and len(secret) > 30
+    assert secret not in json.dumps(listed), "the secret is shown once, at registration"
+    assert toolfan("delete", endpoint_id).returncode == 0
+    assert api.webhooks.endpoints() == []
+    missing = toolfan("delete", endpoint_id)
+    assert missing.returncode == 2 and "NotFoundError" in missing.stderr
+    assert toolfan("register").returncode == 2

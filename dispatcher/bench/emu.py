@@ -91,6 +91,16 @@ class Emulator:
                 )
             time.sleep(every)
 
+    def register_webhook(self, url: str, secret: str) -> None:
+        """Have every session that starts waiting pushed to ``url``, signed with ``secret``."""
+        body = {"url": url, "signing_secret": secret}
+        self.http.post("/webhooks/endpoints", json=body).raise_for_status()
+
+    def deliveries(self) -> list[JSON]:
+        """Every webhook delivery attempt so far, oldest first."""
+        data: list[JSON] = self.http.get("/webhooks/deliveries").raise_for_status().json()["data"]
+        return data
+
     def list_requests(self, since: float = 0.0) -> int:
         """``GET /v1/agents/sessions`` requests received at or after ``since``."""
         params = {"path": LIST_PATH, "method": "GET"}
@@ -101,6 +111,16 @@ class Emulator:
 def latencies(batches: Sequence[JSON], pending_at: dict[str, float]) -> list[float]:
     """Seconds from each session becoming pending to its batch being accepted."""
     return [b["received_at"] - pending_at[b["session_id"]] for b in batches]
+
+
+def pushed_times(deliveries: Sequence[JSON]) -> dict[str, float]:
+    """Session id -> when its push was delivered (the answered attempt's start)."""
+    pushed: dict[str, float] = {}
+    for delivery in deliveries:
+        sid, status = delivery.get("session_id"), delivery.get("status")
+        if sid and isinstance(status, int) and 200 <= status < 300 and delivery.get("sent_at"):
+            pushed.setdefault(sid, float(delivery["sent_at"]))
+    return pushed
 
 
 def pending_times(seeded: Sequence[Seeded]) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""The two phases that are not S x K workloads: idle polling, and half of peak load."""
+"""The phases that are not S x K workloads: idle polling, half of peak load, polled and pushed."""
 
 from __future__ import annotations
 
@@ -9,9 +9,16 @@ import time
 from typing import Any
 
 from dispatcher.bench.config import Workload
-from dispatcher.bench.emu import Emulator, Seeded, latencies, pending_times, session_body
+from dispatcher.bench.emu import (
+    Emulator,
+    Seeded,
+    latencies,
+    pending_times,
+    pushed_times,
+    session_body,
+)
 from dispatcher.bench.measure import Window, percentiles
-from dispatcher.bench.stack import API_KEY, BenchStack
+from dispatcher.bench.stack import API_KEY, WEBHOOK_SECRET, BenchStack
 from dispatcher.client import AgentsClient
 
 IDLE_PASSES = 3
@@ -89,6 +96,42 @@ def run_half_load(
         "batches": len(batches),
         "latency": latency,
         "target_p95": target,
+    }
+
+
+#: Seconds from a push's delivery to its accepted batch, at most, at half of peak load, for
+#: no-op tools (a tool's own time adds to it).
+PUSH_TARGET_P95 = 0.150
+
+
+def run_push_load(
+    stack: BenchStack, emu: Emulator, workload: Workload, peak_calls_per_s: float, intake: str
+) -> dict[str, Any]:
+    """The half-load run again, with sessions pushed to the webhook intake.
+
+    The fast poller is gone: only pushes (and a 60 s safety-net poll) find the sessions.
+    Latency runs from the emulator's delivery of each push to its batch's acceptance.
+    """
+    config = stack.config
+    rate = max(peak_calls_per_s / 2 / workload.calls, 0.5)
+    offsets = arrivals(rate, config.half_load_seconds, config.seed) or [0.0]
+    emu.reset()
+    emu.register_webhook(intake, WEBHOOK_SECRET)
+    seeded = _seed_on_schedule(emu, workload, offsets)
+    batches = emu.wait_batches(len(offsets), config.timeout)
+    pushed = pushed_times(emu.deliveries())
+    from_push = [
+        b["received_at"] - pushed[b["session_id"]] for b in batches if b["session_id"] in pushed
+    ]
+    return {
+        "rate_calls_per_s": rate * workload.calls,
+        "seconds": config.half_load_seconds,
+        "sessions": len(offsets),
+        "batches": len(batches),
+        "pushed": len(pushed),
+        "latency": percentiles(from_push),
+        "seed_to_answer": percentiles(latencies(batches, pending_times(seeded))),
+        "target_p95": PUSH_TARGET_P95,
     }
 
 

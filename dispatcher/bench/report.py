@@ -65,6 +65,7 @@ class Report:
     results: Results = field(default_factory=dict)
     idle: dict[str, Any] = field(default_factory=dict)
     half_load: dict[str, Any] = field(default_factory=dict)
+    push_load: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
 
     def get(self, workload: str, system: str) -> Measurement | None:
@@ -152,6 +153,17 @@ class Report:
                 half["target_p95"],
                 f"seconds = poll interval + 0.25 s; {half['rate_calls_per_s']:.0f} calls/s",
             )
+        push = self.push_load
+        if push:
+            yield Target(
+                "p95 from push to accepted batch at half of peak load",
+                push["latency"]["p95"],
+                "<=",
+                push["target_p95"],
+                f"seconds (no-op tools); p50 {_fmt(push['latency']['p50'], digits=3)}, p99 "
+                f"{_fmt(push['latency']['p99'], digits=3)}; {push['pushed']} of "
+                f"{push['sessions']} pushed; {push['rate_calls_per_s']:.0f} calls/s",
+            )
 
     def to_json(self) -> dict[str, Any]:
         """The whole report as a JSON-ready dict."""
@@ -164,6 +176,7 @@ class Report:
             "ratios": {w: self.ratios(w) for w in self.results},
             "idle": self.idle,
             "half_load": self.half_load,
+            "push_load": self.push_load,
             "targets": [t.to_json() for t in self.targets()],
         }
 

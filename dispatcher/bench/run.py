@@ -14,7 +14,7 @@ from dispatcher.bench.engine import run_raw, run_toolfan
 from dispatcher.bench.figures import LOOP, RAW, THREADS, TOOLFAN
 from dispatcher.bench.inprocess import run_inprocess
 from dispatcher.bench.measure import foreign_clients
-from dispatcher.bench.phases import run_half_load, run_idle
+from dispatcher.bench.phases import run_half_load, run_idle, run_push_load
 from dispatcher.bench.plot import draw
 from dispatcher.bench.report import Report, lines
 from dispatcher.bench.stack import BenchStack
@@ -59,6 +59,11 @@ def run_workload(stack: BenchStack, emu: Emulator, workload: Workload, report: R
                 seconds = stack.config.half_load_seconds
                 say(f"half of peak load: {peak / 2:.0f} calls/s for {seconds:g} s")
                 report.half_load = run_half_load(stack, emu, workload, peak)
+        if workload.name == "noop":
+            peak = measured[TOOLFAN].calls_per_s
+            say(f"half of peak load, pushed: {peak / 2:.0f} calls/s through the webhook intake")
+            with stack.pusher() as intake:
+                report.push_load = run_push_load(stack, emu, workload, peak, intake)
     for system in (THREADS, LOOP):
         say(f"{workload.name}: in-process {system}")
         measured[system] = run_inprocess(system, emu, stack.origin, workload, timeout)

@@ -130,6 +130,11 @@ class BenchStack(Stack):
         return service
 
     @contextmanager
+    def pusher(self) -> Iterator[str]:
+        """The push phase's intake, push worker and safety-net poller; the intake's URL."""
+        yield from push_stack(self)
+
+    @contextmanager
     def poller(self) -> Iterator[Service]:
         """``toolfan poll --interval`` (it prints one ``poll:`` line per pass)."""
         interval = str(self.config.poll_interval)
@@ -138,6 +143,39 @@ class BenchStack(Stack):
             service.wait_for_output("poll:", 60)
             yield service
         finally:
+            service.stop()
+
+
+#: The signing secret the bench's emulator and intake share (a bench, not a deployment).
+WEBHOOK_SECRET = "whsec_" + "YmVuY2gtYmVuY2gtYmVuY2gtYmVuY2gtYmVuY2gtYmU="
+#: The safety-net poll interval of the push phase: pushes answer, polls only catch up.
+SAFETY_NET_INTERVAL = 60
+
+
+def push_stack(stack: BenchStack) -> Iterator[str]:
+    """``toolfan webhook``, a worker on ``toolfan.poll`` (the push tasks), a 60 s poller.
+
+    Yields the intake's URL. The workload's own workers keep running the calls.
+    """
+    port = free_port()
+    env = {**stack.env, "OPENAI_WEBHOOK_SECRET": WEBHOOK_SECRET}
+    logs = stack.workdir
+    intake = Service(["webhook", "--port", str(port)], logs / "webhook.log", env)
+    name = f"bench-push-{uuid.uuid4().hex[:6]}"
+    argv = ["worker", "-c", "4", "-P", "threads", "-n", f"{name}@%h", "-Q", "toolfan.poll"]
+    worker = Service(
+        [*argv, "--without-mingle", "--without-gossip", "-l", "WARNING"],
+        logs / "worker-push.log",
+        env,
+    )
+    poller = Service(["poll", "--interval", str(SAFETY_NET_INTERVAL)], logs / "poller-60.log", env)
+    try:
+        intake.wait_for_output("listening", 60)
+        wait_for(lambda: _pong(worker, name), 90, "the push worker", 0.2)
+        poller.wait_for_output("poll:", 60)
+        yield f"http://127.0.0.1:{port}/webhooks/openai"
+    finally:
+        for service in (poller, worker, intake):
             service.stop()
 
 

@@ -71,11 +71,20 @@ def _manage(args: argparse.Namespace) -> int:
 
 
 def _serve(host: str, port: int) -> int:
+    import logging
+
     import uvicorn
 
     from dispatcher.webhook.app import build_app, config_from_env
     from dispatcher.webhook.verify import SECRET_VARIABLE
+    from tasks.logs import clip_handlers, use_json
+    from tasks.settings import get_settings
 
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    use_json(logging.getLogger())  # TOOLFAN_LOG_FORMAT, as the workers and the poller
+    clip_handlers(logging.getLogger(), get_settings().max_log_chars)
     config = config_from_env()
     if not config.secrets:
         print(

@@ -89,12 +89,15 @@ def test_ratios_idle_pass_and_half_load(bench: dict[str, Any]) -> None:
     half = data["half_load"]
     assert half["batches"] == half["sessions"] >= 1
     assert _positive(half["latency"]["p95"]) and _positive(half["rate_calls_per_s"])
+    push = data["push_load"]
+    assert push["batches"] == push["sessions"] == push["pushed"] >= 1
+    assert _positive(push["latency"]["p95"]) and _positive(push["seed_to_answer"]["p95"])
 
 
 @pytest.mark.timeout(180)
 def test_targets_are_printed_and_files_written(bench: dict[str, Any]) -> None:
     targets = bench["json"]["targets"]
-    assert len(targets) == 8
+    assert len(targets) == 9
     assert all(isinstance(t["passed"], bool) and t["measured"] is not None for t in targets)
     verdicts = [line for line in bench["stdout"].splitlines() if line.startswith(("PASS", "FAIL"))]
     assert len(verdicts) == len(targets)

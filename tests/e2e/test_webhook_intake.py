@@ -228,3 +228,19 @@ def test_toolfan_webhook_register_list_and_delete_through_the_api(api):
     missing = toolfan("delete", endpoint_id)
     assert missing.returncode == 2 and "NotFoundError" in missing.stderr
     assert toolfan("register").returncode == 2
+
+
+def test_a_refused_deliverys_body_is_never_logged(intake, api):
+    marker = f"secret-marker-{uuid.uuid4().hex}"
+    sid = waiting_session(api, "logged")
+    body = event(sid)[:-1] + f', "note": "{marker}"}}'.encode()
+    wrong = "whsec_" + base64.b64encode(b"w" * 32).decode()
+    assert post(intake, body, signed(body, wrong)).status_code == 401
+    big = body[:-1] + b', "pad": "' + b"x" * 1_100_000 + b'"}'
+    assert post(intake, big, signed(big)).status_code == 413
+    bad = f'{{"{marker}": '.encode()
+    assert post(intake, bad, signed(bad)).status_code == 400
+    time.sleep(0.5)
+    log = (Path(os.environ["TOOLFAN_TEST_TMP"]) / "intake.log").read_text()
+    assert "refused" in log, "the refusals are logged, with their reasons"
+    assert marker not in log

@@ -22,6 +22,6 @@ PUSH_TO_DISPATCH = Histogram(
 PUSHES = Counter(
     "toolfan_webhook_dispatches",
     "Targeted dispatches of pushed sessions, by result (dispatched, nothing_pending, "
-    "gone, unreadable)",
+    "filtered, gone, unreadable)",
     ["result"],
 )

@@ -107,3 +107,24 @@ def test_events_are_read_for_the_session_only():
 def test_what_is_not_the_event_json_is_refused(body):
     with pytest.raises(NotAnEvent):
         read_event(body)
+
+
+def test_a_pushed_session_outside_the_polls_filters_is_left_alone():
+    from dispatcher.models import parse_session
+    from dispatcher.webhook.push import outside_filters
+    from tasks.settings import Settings
+
+    def session(agent: str, **metadata: str):
+        return parse_session(
+            {"id": "s", "status": "idle", "agent": {"id": agent}, "metadata": metadata}
+        )
+
+    everyone = Settings()
+    assert outside_filters(session("a1"), everyone) is None
+    one_agent = Settings(agent_id="a1")
+    assert outside_filters(session("a1"), one_agent) is None
+    assert "another agent" in outside_filters(session("a2"), one_agent)
+    team = Settings(session_metadata={"team": "billing"})
+    assert outside_filters(session("a1", team="billing", env="x"), team) is None
+    assert "METADATA" in outside_filters(session("a1", team="ops"), team)
+    assert "METADATA" in outside_filters(session("a1"), team)

@@ -67,7 +67,7 @@ class Batch:
         expires_at: When the source stops accepting its answers (epoch seconds), if the
             source says; else ``TOOLFAN_ACTION_EXPIRY`` after its first dispatch, if set.
         agent_id: The agent it belongs to, where the source knows it.
-        metadata: Its metadata, where the source has them.
+        metadata: Its metadata, where the source has them, bounded as the APIs bound it.
     """
 
     batch_id: str
@@ -75,6 +75,10 @@ class Batch:
     expires_at: float | None = None
     agent_id: str | None = None
     metadata: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        """Bound the metadata once per batch: each of its calls' messages carries a copy."""
+        object.__setattr__(self, "metadata", bounded_metadata(self.metadata))
 
 
 @dataclass
@@ -412,7 +416,7 @@ class Dispatcher:
             arguments=call.arguments,
             problem=call.problem,
             agent_id=batch.agent_id,
-            metadata=bounded_metadata(batch.metadata),
+            metadata=batch.metadata,
             deadline=dispatch.expires_at,
         )
 

@@ -75,6 +75,7 @@ def _serve(host: str, port: int) -> int:
 
     import uvicorn
 
+    from dispatcher.warm import warm_intake
     from dispatcher.webhook.app import build_app, config_from_env
     from dispatcher.webhook.verify import SECRET_VARIABLE
     from tasks.logs import clip_handlers, use_json
@@ -91,6 +92,7 @@ def _serve(host: str, port: int) -> int:
             f"toolfan: warning: {SECRET_VARIABLE} is not set: every delivery is refused (401)",
             file=sys.stderr,
         )
+    warm_intake(config.client.ping)
     print(f"webhook intake listening on http://{host}:{port}/webhooks/openai", flush=True)
     uvicorn.run(build_app(config), host=host, port=port, log_level="warning", access_log=False)
     return 0

@@ -77,10 +77,14 @@ def celery_config(settings: Settings, registry: Registry) -> dict[str, Any]:
         # A prefork pool process grown past this (KiB) is replaced once it has answered.
         "worker_max_memory_per_child": settings.max_memory_per_child * 1024 or None,
         "task_time_limit": ceiling(settings),
-        # Flower lists every task from the worker's received/started/succeeded events. The
+        # Flower lists every task from the worker's received/started/succeeded events, and
+        # turns them on itself: it sends every worker `enable_events` every 5 s. Sent with
+        # nobody listening they cost a prefork worker's main process half its time, and
+        # took the push p95 at half load from 0.12 to 0.24 s; so off until Flower runs, or
+        # from the start with TOOLFAN_TASK_EVENTS=1 (for another event consumer). The
         # publisher's "sent" event would add a PUBLISH per call on the poller for a state
         # (queued, not yet received) that the queue-length metrics and alerts cover.
-        "worker_send_task_events": True,
+        "worker_send_task_events": settings.task_events,
         "task_send_sent_event": False,
         "result_expires": settings.result_expires,
         "task_queues": [Queue(name, EXCHANGE, routing_key=name) for name in all_queues(registry)],

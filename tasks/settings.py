@@ -102,6 +102,9 @@ class Settings(BaseModel):
     max_memory_per_child: int = Field(
         1024, ge=0, description="MiB a prefork pool process may reach before it is recycled"
     )
+    task_events: bool = Field(
+        False, description="workers send task events from their start, Flower or not"
+    )
 
     @field_validator("handlers", "sources", mode="before")
     @classmethod

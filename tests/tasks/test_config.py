@@ -13,7 +13,7 @@ def test_app_config_makes_at_least_once_safe():
     assert conf.task_acks_late and conf.task_reject_on_worker_lost
     assert conf.worker_prefetch_multiplier == 1
     assert conf.accept_content == ["json"] and conf.task_serializer == "json"
-    assert conf.worker_send_task_events  # Flower sees every task a worker receives
+    assert not conf.worker_send_task_events  # Flower turns them on (tests/ops/test_flower.py)
     assert not conf.task_send_sent_event  # one PUBLISH per call saved; backlogs are metrics
     vt = conf.broker_transport_options["visibility_timeout"]
     assert conf.result_backend_transport_options["visibility_timeout"] == vt
@@ -91,3 +91,9 @@ def test_beat_polls_every_interval_and_expires_stale_polls():
     assert entry["task"] == "toolfan.poll"
     assert entry["schedule"] == 30
     assert 0 < entry["options"]["expires"] <= 30
+
+
+def test_task_events_are_off_until_flower_or_the_setting_turns_them_on():
+    assert celery_config(Settings.from_env({}), Registry())["worker_send_task_events"] is False
+    on = Settings.from_env({"TOOLFAN_TASK_EVENTS": "1"})
+    assert celery_config(on, Registry())["worker_send_task_events"] is True

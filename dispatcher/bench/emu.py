@@ -101,6 +101,17 @@ class Emulator:
         data: list[JSON] = self.http.get("/webhooks/deliveries").raise_for_status().json()["data"]
         return data
 
+    def retrieved_times(self) -> dict[str, float]:
+        """Session id -> when the API first received the retrieve of that one session."""
+        params = {"path": f"{LIST_PATH}/", "method": "GET"}
+        data = self.http.get("/requests", params=params).raise_for_status().json()["data"]
+        first: dict[str, float] = {}
+        for record in data:
+            sid = record["path"].removeprefix(f"{LIST_PATH}/")
+            if sid and "/" not in sid:
+                first.setdefault(sid, float(record["at"]))
+        return first
+
     def list_requests(self, since: float = 0.0) -> int:
         """``GET /v1/agents/sessions`` requests received at or after ``since``."""
         params = {"path": LIST_PATH, "method": "GET"}

@@ -119,10 +119,11 @@ def run_push_load(
     emu.register_webhook(intake, WEBHOOK_SECRET)
     seeded = _seed_on_schedule(emu, workload, offsets)
     batches = emu.wait_batches(len(offsets), config.timeout)
-    pushed = pushed_times(emu.deliveries())
+    pushed, retrieved = pushed_times(emu.deliveries()), emu.retrieved_times()
     from_push = [
         b["received_at"] - pushed[b["session_id"]] for b in batches if b["session_id"] in pushed
     ]
+    both = [b for b in batches if b["session_id"] in pushed and b["session_id"] in retrieved]
     return {
         "rate_calls_per_s": rate * workload.calls,
         "seconds": config.half_load_seconds,
@@ -130,6 +131,14 @@ def run_push_load(
         "batches": len(batches),
         "pushed": len(pushed),
         "latency": percentiles(from_push),
+        # The push path's own part (intake, toolfan.poll queue, the push task's start), and
+        # the engine's (claim, chord, calls, submission): where a slow p95 comes from.
+        "push_to_retrieve": percentiles(
+            [retrieved[b["session_id"]] - pushed[b["session_id"]] for b in both]
+        ),
+        "retrieve_to_accepted": percentiles(
+            [b["received_at"] - retrieved[b["session_id"]] for b in both]
+        ),
         "seed_to_answer": percentiles(latencies(batches, pending_times(seeded))),
         "target_p95": PUSH_TARGET_P95,
     }

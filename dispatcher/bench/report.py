@@ -162,7 +162,9 @@ class Report:
                 push["target_p95"],
                 f"seconds (no-op tools); p50 {_fmt(push['latency']['p50'], digits=3)}, p99 "
                 f"{_fmt(push['latency']['p99'], digits=3)}; {push['pushed']} of "
-                f"{push['sessions']} pushed; {push['rate_calls_per_s']:.0f} calls/s",
+                f"{push['sessions']} pushed; {push['rate_calls_per_s']:.0f} calls/s; p95 push to "
+                f"retrieve {_fmt(push['push_to_retrieve']['p95'], digits=3)}, retrieve to "
+                f"accepted {_fmt(push['retrieve_to_accepted']['p95'], digits=3)}",
             )
 
     def to_json(self) -> dict[str, Any]:

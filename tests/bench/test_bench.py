@@ -92,6 +92,10 @@ def test_ratios_idle_pass_and_half_load(bench: dict[str, Any]) -> None:
     push = data["push_load"]
     assert push["batches"] == push["sessions"] == push["pushed"] >= 1
     assert _positive(push["latency"]["p95"]) and _positive(push["seed_to_answer"]["p95"])
+    # The two parts of the push latency (the push path's, the engine's) add up to it.
+    path, engine = push["push_to_retrieve"], push["retrieve_to_accepted"]
+    assert _positive(path["p50"]) and _positive(engine["p50"])
+    assert path["p50"] < push["latency"]["p50"] and engine["p50"] < push["latency"]["p50"]
 
 
 @pytest.mark.timeout(180)

@@ -17,6 +17,7 @@ from functools import cache
 from typing import Any
 
 from dispatcher.client import AgentsClient
+from dispatcher.declared import declared_functions
 from dispatcher.listing import ListBudget
 from dispatcher.models import BadSession, FunctionCall, Session
 from dispatcher.once import OnceLog
@@ -238,8 +239,14 @@ def _pages(
 
 
 def _batch(session: Session, calls: list[PendingCall]) -> Batch:
-    agent_id = session.agent.id if session.agent is not None else None
-    return Batch(session.id, calls, agent_id=agent_id, metadata=session.metadata or None)
+    agent = session.agent
+    return Batch(
+        session.id,
+        calls,
+        agent_id=agent.id if agent is not None else None,
+        metadata=session.metadata or None,
+        declared=declared_functions(agent.tools) if agent is not None else None,
+    )
 
 
 #: The dispatches of this process, kept across the passes of a loop or of beat's tasks.

@@ -15,15 +15,20 @@ This package knows pydantic only: no Celery, no HTTP, so tools can be tested as 
 functions.
 """
 
+from handlers.context import CallContext, call_context, idempotency_key
 from handlers.definitions import Api, tool_definitions
 from handlers.errors import RegistryError, ToolError, ToolfanError
+from handlers.policy import Allow, Deny
 from handlers.registry import Registry, build_tool, registry, tool
 from handlers.result import CallResult, InputImage, InputText, Outcome
 from handlers.tool import RUN_AGAIN, Tool, queue_for
 
 __all__ = [
+    "Allow",
     "Api",
+    "CallContext",
     "CallResult",
+    "Deny",
     "InputImage",
     "InputText",
     "Outcome",
@@ -34,6 +39,8 @@ __all__ = [
     "ToolError",
     "ToolfanError",
     "build_tool",
+    "call_context",
+    "idempotency_key",
     "queue_for",
     "registry",
     "tool",

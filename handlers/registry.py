@@ -89,6 +89,7 @@ class Registry:
         reconcile: Callable[[Any], Any] | None = None,
         defer_loading: bool | None = None,
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+        authorize: Callable[..., Any] | None = None,
     ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
     def tool(  # type: ignore[misc]  # mypy misreads a ParamSpec only in the return type
@@ -104,13 +105,16 @@ class Registry:
         reconcile: Callable[[Any], Any] | None = None,
         defer_loading: bool | None = None,
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+        authorize: Callable[..., Any] | None = None,
     ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
         """Register a function as a tool, bare (``@tool``) or with options (``@tool(...)``).
 
         Options: ``name`` (default: the function's name), ``description`` (default: the
         docstring), ``queue`` (default ``fn.<name>``), ``timeout`` seconds, ``idempotent``,
         ``reconcile`` (for non-idempotent tools: decides after a crash whether the call ran),
-        ``defer_loading`` (hidden until found by tool search), ``max_output_chars``.
+        ``defer_loading`` (hidden until found by tool search), ``max_output_chars``,
+        ``authorize`` (this tool's policy, see :mod:`handlers.policy`; instead of
+        ``TOOLFAN_POLICY``).
 
         ``fn`` may also be a ``FunctionTool`` of the official SDK (``function_tool``,
         ``pydantic_function_tool``); its name, description and ``defer_loading`` are then
@@ -128,6 +132,7 @@ class Registry:
                 reconcile=reconcile,
                 defer_loading=defer_loading,
                 max_output_chars=max_output_chars,
+                authorize=authorize,
             )
             self.add(built)
             return built

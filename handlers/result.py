@@ -31,6 +31,8 @@ class Outcome(StrEnum):
     """The API refused the result as sent; an error explaining that went in its place."""
     CANCELLED = "cancelled"
     """The call's batch ended (its run was cancelled or expired) before the call began."""
+    DENIED = "denied"
+    """An authorization policy, or the agent's own list of tools, did not let it run."""
 
 
 class InputText(BaseModel):

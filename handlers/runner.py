@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from handlers.context import CallContext, within
 from handlers.errors import ToolError
 from handlers.limits import DEFAULT_LIMITS, Limits
 from handlers.output import OutputError, serialize
@@ -81,10 +82,16 @@ def run_call(
     args: BaseModel,
     context: Mapping[str, Any],
     limits: Limits = DEFAULT_LIMITS,
+    call_context: CallContext | None = None,
 ) -> CallResult:
-    """Invoke the tool with validated arguments under its timeout; never raises."""
-    call = lambda: tool.fn(**tool.args.call_kwargs(args))  # noqa: E731
-    return _guard(tool, call, tool.is_async, context, limits)
+    """Invoke the tool with validated arguments under its timeout; never raises.
+
+    ``call_context`` goes to the tool's ``CallContext`` parameter, if it has one, and is
+    what :func:`handlers.context.call_context` answers while the tool runs.
+    """
+    kwargs = tool.args.call_kwargs(args, call_context)
+    call = lambda: tool.fn(**kwargs)  # noqa: E731
+    return _guard(tool, call, tool.is_async, context, limits, call_context)
 
 
 def run_reconcile(
@@ -92,6 +99,7 @@ def run_reconcile(
     args: BaseModel,
     context: Mapping[str, Any],
     limits: Limits = DEFAULT_LIMITS,
+    call_context: CallContext | None = None,
 ) -> CallResult | None:
     """Ask a non-idempotent tool's ``reconcile`` hook what became of an interrupted call.
 
@@ -110,7 +118,7 @@ def run_reconcile(
         return verdict
 
     try:
-        return _guard(tool, ask, False, context, limits)
+        return _guard(tool, ask, False, context, limits, call_context)
     except _RunAgain:
         return None
 
@@ -125,9 +133,10 @@ def _guard(
     is_async: bool,
     context: Mapping[str, Any],
     limits: Limits,
+    call_context: CallContext | None = None,
 ) -> CallResult:
     try:
-        value = _with_timeout(call, tool.timeout, is_async)
+        value = _with_timeout(call, tool.timeout, is_async, call_context)
         return CallResult.ok(serialize(value, tool.max_output_chars, limits))
     except ToolError as exc:
         message = exc.message if isinstance(exc.message, str) else safe_str(exc.message)
@@ -188,19 +197,25 @@ def safe_str(value: object) -> str:
 CANCEL_GRACE = 1.0
 
 
-def _with_timeout(call: Callable[[], Any], timeout: float, is_async: bool) -> Any:
+def _with_timeout(
+    call: Callable[[], Any],
+    timeout: float,
+    is_async: bool,
+    call_context: CallContext | None = None,
+) -> Any:
     """Run ``call`` in a runner thread and return its value, or raise :class:`CallTimeout`.
 
     Coroutines run on their own event loop in that thread and are cancelled at the
     deadline. A function (or a coroutine blocking its loop) that overruns is abandoned:
     the runner pool tries to stop it and reports it when it will not stop (see
-    :mod:`handlers.threads`), and the task's hard time limit remains the backstop.
+    :mod:`handlers.threads`), and the task's hard time limit remains the backstop. The
+    call context is current in that thread while it runs (and so in the event loop's
+    tasks, which copy it).
     """
     if is_async:
-        return RUNNERS.run(
-            lambda: asyncio.run(_await_with_timeout(call, timeout)), timeout + CANCEL_GRACE
-        )
-    return RUNNERS.run(call, timeout)
+        loop = lambda: asyncio.run(_await_with_timeout(call, timeout))  # noqa: E731
+        return RUNNERS.run(lambda: within(call_context, loop), timeout + CANCEL_GRACE)
+    return RUNNERS.run(lambda: within(call_context, call), timeout)
 
 
 async def _await_with_timeout(call: Callable[[], Any], timeout: float) -> Any:

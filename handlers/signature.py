@@ -14,6 +14,7 @@ from typing import Annotated, Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from handlers.context import CallContext, is_context_annotation
 from handlers.errors import RegistryError
 
 _SECTION = re.compile(r"^(Args|Arguments|Parameters|Returns|Raises|Yields|Examples?|Notes?):\s*$")
@@ -21,17 +22,28 @@ _ARG_LINE = re.compile(r"^(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 
 
 class ArgsSpec:
-    """How a tool's validated arguments map back onto its call."""
+    """How a tool's validated arguments map back onto its call.
 
-    def __init__(self, model: type[BaseModel], model_param: str | None) -> None:
+    ``context_param`` names the parameter annotated :class:`CallContext`, if any: it is in
+    no schema, and gets the call's context, never a value the model sent.
+    """
+
+    def __init__(
+        self, model: type[BaseModel], model_param: str | None, context_param: str | None = None
+    ) -> None:
         self.model = model
         self.model_param = model_param
+        self.context_param = context_param
 
-    def call_kwargs(self, args: BaseModel) -> dict[str, Any]:
-        """Keyword arguments for the tool function from validated arguments."""
+    def call_kwargs(self, args: BaseModel, context: CallContext | None = None) -> dict[str, Any]:
+        """Keyword arguments for the tool function from validated arguments (and context)."""
         if self.model_param is not None:
-            return {self.model_param: args}
-        return {name: getattr(args, name) for name in type(args).model_fields}
+            kwargs: dict[str, Any] = {self.model_param: args}
+        else:
+            kwargs = {name: getattr(args, name) for name in type(args).model_fields}
+        if self.context_param is not None:
+            kwargs[self.context_param] = context
+        return kwargs
 
 
 def describe(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
@@ -71,13 +83,36 @@ def args_spec(fn: Callable[..., Any], name: str, arg_docs: dict[str, str]) -> Ar
     """
     params = list(inspect.signature(fn).parameters.values())
     hints = get_type_hints(fn, include_extras=True)
+    context = _context_param(params, hints, name)
+    params = [p for p in params if p.name != context]
     if len(params) == 1 and _is_model(hints.get(params[0].name)):
-        return ArgsSpec(hints[params[0].name], params[0].name)
+        return ArgsSpec(hints[params[0].name], params[0].name, context)
     fields: dict[str, Any] = {}
     for param in params:
         fields[param.name] = _field(param, hints, name, arg_docs.get(param.name))
     model = create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
-    return ArgsSpec(model, None)
+    return ArgsSpec(model, None, context)
+
+
+def _context_param(params: list[inspect.Parameter], hints: dict[str, Any], tool: str) -> str | None:
+    """The one parameter annotated ``CallContext``, if any.
+
+    Raises:
+        RegistryError: two parameters ask for it.
+    """
+    found = [p.name for p in params if is_context_annotation(_bare(hints.get(p.name)))]
+    if len(found) > 1:
+        raise RegistryError(f"tool {tool!r}: one CallContext parameter at most, got {found}")
+    return found[0] if found else None
+
+
+def _bare(annotation: Any) -> Any:
+    """An annotation without ``Annotated[...]`` metadata."""
+    return (
+        getattr(annotation, "__origin__", annotation)
+        if hasattr(annotation, "__metadata__")
+        else annotation
+    )
 
 
 def _field(

@@ -69,6 +69,7 @@ class Tool(Generic[P, R]):
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
     parameters: dict[str, Any] | None = None
     origin: object | None = None
+    authorize: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         _check_options(self)
@@ -148,6 +149,10 @@ def _check_options(tool: Tool[Any, Any]) -> None:
         raise RegistryError(f"tool {tool.name!r}: reconcile is for idempotent=False tools")
     if inspect.iscoroutinefunction(tool.reconcile):
         raise RegistryError(f"tool {tool.name!r}: reconcile must be a plain (not async) function")
+    if tool.authorize is not None and (
+        not callable(tool.authorize) or inspect.iscoroutinefunction(tool.authorize)
+    ):
+        raise RegistryError(f"tool {tool.name!r}: authorize must be a plain (not async) function")
 
 
 def _decode(text: str | bytes, limits: Limits) -> Any:

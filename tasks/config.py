@@ -14,6 +14,7 @@ from typing import Any
 from kombu import Exchange, Queue
 
 from handlers.errors import RegistryError
+from handlers.policy import load_policy
 from handlers.registry import Registry
 from tasks.queues import POLL_TASK, ControlQueue, Router, all_queues
 from tasks.settings import Settings
@@ -52,8 +53,10 @@ def check_limits(settings: Settings, registry: Registry) -> None:
 
 
 def celery_config(settings: Settings, registry: Registry) -> dict[str, Any]:
-    """The full Celery configuration mapping."""
+    """The full Celery configuration mapping (a bad ``TOOLFAN_POLICY`` stops the start)."""
     check_limits(settings, registry)
+    if settings.policy:
+        load_policy(settings.policy)
     transport = {"visibility_timeout": settings.visibility_timeout}
     return {
         "broker_url": settings.broker,

@@ -24,6 +24,7 @@ from celery.result import AsyncResult, GroupResult
 
 from handlers.result import CallResult, Outcome
 from handlers.text import shown
+from tasks import metrics
 from tasks.app import app
 from tasks.envelope import Delivery, Envelope, bounded_metadata
 from tasks.execute import call_signature, result_payload, tool_timeout
@@ -68,6 +69,9 @@ class Batch:
             source says; else ``TOOLFAN_ACTION_EXPIRY`` after its first dispatch, if set.
         agent_id: The agent it belongs to, where the source knows it.
         metadata: Its metadata, where the source has them, bounded as the APIs bound it.
+        declared: The functions its agent (or run) declares, where it lists its tools: a
+            call to a registered function outside them is refused, never sent, while
+            ``TOOLFAN_ENFORCE_AGENT_TOOLS`` is on (one agent cannot reach another's tools).
     """
 
     batch_id: str
@@ -75,6 +79,7 @@ class Batch:
     expires_at: float | None = None
     agent_id: str | None = None
     metadata: Mapping[str, str] | None = None
+    declared: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         """Bound the metadata once per batch: each of its calls' messages carries a copy."""
@@ -234,6 +239,7 @@ class Dispatcher:
             counts.skipped_in_flight += len(pending)
             return
         try:
+            pending = [(c, self._refuse_undeclared(batch, c, st)) for c, st in pending]
             self._dispatch(batch, dispatch, pending, counts)
         except BaseException:  # an interrupted pass too: free the claim it just took
             self.ledger.release(batch.batch_id, dispatch.token)
@@ -357,6 +363,35 @@ class Dispatcher:
             "expire; it was answered with this error so the turn can continue",
         )
         return CallStatus(status.state, self.ledger.finish(_ref(batch_id, call), error))
+
+    def _refuse_undeclared(self, batch: Batch, call: PendingCall, status: CallStatus) -> CallStatus:
+        """Save a refusal for a call to a registered function the batch's agent lacks.
+
+        An unregistered name is left to ``execute`` (it answers "unknown function").
+        """
+        declared = batch.declared
+        if (
+            status.result is not None
+            or declared is None
+            or call.name in declared
+            or not self.settings.enforce_agent_tools
+            or call.name not in load_registry()
+        ):
+            return status
+        whose = f"agent {shown(batch.agent_id)}" if batch.agent_id else f"this {self.noun}'s agent"
+        log.warning(
+            "%s call_id=%s refused: %s does not declare function %s",
+            self._ids(batch.batch_id),
+            shown(call.call_id),
+            whose,
+            shown(call.name),
+        )
+        refusal = CallResult.fail(
+            Outcome.DENIED,
+            f"Not authorized: {whose} does not declare function {call.name!r}",
+        )
+        metrics.CALLS.labels(call.name, Outcome.DENIED.value).inc()
+        return CallStatus(status.state, self.ledger.finish(_ref(batch.batch_id, call), refusal))
 
     def _lease_ms(self, pending: list[tuple[PendingCall, CallStatus]]) -> int:
         """Longest tool timeout plus its grace plus the queueing budget."""

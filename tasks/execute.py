@@ -18,7 +18,10 @@ from typing import Any
 
 from celery import Task
 from celery.canvas import Signature
+from pydantic import BaseModel
 
+from handlers.context import CallContext
+from handlers.policy import Deny, decide
 from handlers.registry import Registry
 from handlers.result import CallResult, Outcome
 from handlers.runner import (
@@ -31,13 +34,15 @@ from handlers.runner import (
     unknown_function,
     where,
 )
+from handlers.tool import Tool
 from tasks import liveness, metrics
 from tasks.app import app
 from tasks.config import hard_limit
+from tasks.context import context_of
 from tasks.envelope import Envelope
 from tasks.ledger import Begin, CallRef, Ledger, LedgerError
 from tasks.queues import EXECUTE_TASK, execute_queue
-from tasks.runtime import batch_label, get_ledger, get_limits
+from tasks.runtime import batch_label, get_ledger, get_limits, get_policy
 from tasks.settings import get_settings, load_registry
 
 log = logging.getLogger("toolfan.execute")
@@ -61,12 +66,15 @@ def execute_call(
     registry: Registry,
     problem: str | None = None,
     worker: str = "",
+    envelope: Envelope | None = None,
 ) -> CallResult:
     """Run one call unless the ledger already holds its result; save and return the result.
 
     ``problem`` says why the poller refused the call's arguments unread (too deep, too
     large): the call is answered with that, and no tool runs. ``worker`` names this worker
     in the call's record, so a redelivered copy can tell the call still runs there.
+    ``envelope`` is the message's, for the tool's :class:`~handlers.context.CallContext`
+    (without it, the context has the call's ids only).
 
     Raises:
         LedgerError: the ledger is unreachable, so "at most once" cannot be guaranteed;
@@ -97,7 +105,12 @@ def execute_call(
         )
         produced = poison(name, max_attempts)
     else:
-        produced = _produce(name, arguments, begin.attempts, registry, context, problem)
+        if envelope is None:
+            envelope = Envelope(
+                ledger.source, ref.batch_id, ref.call_id, name, arguments, ref.turn_id
+            )
+        call = context_of(envelope, begin.attempts)
+        produced = _produce(name, arguments, begin.attempts, registry, context, problem, call)
     elapsed = time.perf_counter() - started
     deadline = started + _hard_limit(registry, name) - SAVE_MARGIN
     result = save_result(ledger, ref, produced, deadline, context)
@@ -207,6 +220,7 @@ def _produce(
     registry: Registry,
     context: dict[str, Any],
     problem: str | None,
+    call: CallContext,
 ) -> CallResult:
     limits = get_limits()
     tool = registry.get(name)
@@ -218,6 +232,9 @@ def _produce(
     args = parse_arguments(tool, arguments, context, limits)
     if isinstance(args, CallResult):
         return args
+    denied = _denied(tool, args, call, context)
+    if denied is not None:
+        return denied
     if attempts > 1 and not tool.idempotent:
         log.warning(
             "%s interrupted earlier (attempt %d); reconciling",
@@ -225,10 +242,29 @@ def _produce(
             attempts,
             extra=context,
         )
-        reconciled = run_reconcile(tool, args, context, limits)
+        reconciled = run_reconcile(tool, args, context, limits, call)
         if reconciled is not None:
             return reconciled
-    return run_call(tool, args, context, limits)
+    return run_call(tool, args, context, limits, call)
+
+
+def _denied(
+    tool: Tool[Any, Any], args: BaseModel, call: CallContext, context: dict[str, Any]
+) -> CallResult | None:
+    """The refusal of a call its policy denies (the tool's own, else ``TOOLFAN_POLICY``)."""
+    policy = tool.authorize or get_policy()
+    if policy is None:
+        return None
+    decision = decide(policy, tool.name, args.model_dump(by_alias=True), call)
+    if not isinstance(decision, Deny):
+        return None
+    log.warning(
+        "%s denied: %s",
+        where(context),
+        decision.reason,
+        extra={**context, "outcome": Outcome.DENIED.value},
+    )
+    return failed(Outcome.DENIED, f"Not authorized: {decision.reason}", get_limits())
 
 
 def crashed(name: str, exc: BaseException) -> CallResult:
@@ -303,7 +339,14 @@ def execute(
     worker = liveness.runner(self.request.hostname or "")
     try:
         result = execute_call(
-            ref, name, envelope.arguments, ledger, load_registry(), envelope.problem, worker
+            ref,
+            name,
+            envelope.arguments,
+            ledger,
+            load_registry(),
+            envelope.problem,
+            worker,
+            envelope,
         )
     except LedgerError as exc:
         if self.request.retries < LEDGER_RETRIES:

@@ -11,13 +11,21 @@ from __future__ import annotations
 from functools import cache
 
 from handlers.limits import Limits
+from handlers.policy import Policy, load_policy
 from tasks import sources
 from tasks.envelope import LEGACY_SOURCE
 from tasks.ledger import Ledger
 from tasks.settings import get_settings, load_registry
 from tasks.upgrade import ensure_upgraded
 
-__all__ = ["batch_label", "get_ledger", "get_limits", "get_settings", "load_registry"]
+__all__ = [
+    "batch_label",
+    "get_ledger",
+    "get_limits",
+    "get_policy",
+    "get_settings",
+    "load_registry",
+]
 
 
 @cache
@@ -55,3 +63,14 @@ def _ledger() -> Ledger:
 def get_limits() -> Limits:
     """The limits of this process, from the ``TOOLFAN_MAX_*`` settings."""
     return get_settings().limits
+
+
+@cache
+def get_policy() -> Policy | None:
+    """The policy ``TOOLFAN_POLICY`` names, if any (for tools without ``authorize=``).
+
+    Raises:
+        handlers.errors.RegistryError: it names nothing loadable (checked at start).
+    """
+    spec = get_settings().policy
+    return load_policy(spec) if spec else None

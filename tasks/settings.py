@@ -102,6 +102,12 @@ class Settings(BaseModel):
     max_memory_per_child: int = Field(
         1024, ge=0, description="MiB a prefork pool process may reach before it is recycled"
     )
+    policy: str | None = Field(
+        None, description="module:function deciding every call of a tool without authorize="
+    )
+    enforce_agent_tools: bool = Field(
+        True, description="refuse calls to functions the session's agent does not declare"
+    )
     task_events: bool = Field(
         False, description="workers send task events from their start, Flower or not"
     )
@@ -123,7 +129,7 @@ class Settings(BaseModel):
             raise ValueError("expected k=v pairs separated by commas, e.g. team=billing,env=prod")
         return dict(p.split("=", 1) for p in pairs)
 
-    @field_validator("agent_id", "action_expiry", "intake_token", mode="before")
+    @field_validator("agent_id", "action_expiry", "intake_token", "policy", mode="before")
     @classmethod
     def _blank_is_none(cls, value: Any) -> Any:
         return value or None

@@ -29,6 +29,10 @@ def test_the_public_names_are_sorted_complete_and_typed():
         "arun_function_calls",
         "start_conversation",
         "conversation_result",
+        "CallContext",
+        "call_context",
+        "Allow",
+        "Deny",
     }
     assert promised <= set(toolfan.__all__)
     from importlib.resources import files

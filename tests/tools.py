@@ -6,14 +6,17 @@ many times a function really ran.
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import time
 from typing import Any
 
 import redis
 from celery import shared_task
 
-from handlers import RUN_AGAIN, ToolError, tool
+from handlers import RUN_AGAIN, CallContext, ToolError, call_context, tool
+from tests import policies
 
 
 def _redis() -> redis.Redis:
@@ -223,3 +226,44 @@ def nap(key: str, seconds: float = 0.5) -> str:
     """Sleeps, then counts its run under ``key``: many run at once on a threads worker."""
     time.sleep(seconds)
     return f"{key}:{_redis().incr(f'test:runs:{key}')}"
+
+
+def _seen(ctx: CallContext) -> dict[str, Any]:
+    """What a context told its tool, as JSON."""
+    return {
+        "source": ctx.source,
+        "batch_id": ctx.batch_id,
+        "turn_id": ctx.turn_id,
+        "call_id": ctx.call_id,
+        "function": ctx.function,
+        "agent_id": ctx.agent_id,
+        "metadata": dict(ctx.metadata),
+        "attempt": ctx.attempt,
+        "deadline": ctx.deadline,
+        "idempotency_key": ctx.idempotency_key,
+        "ids": dict(ctx.ids),
+        "current_is_given": call_context() is ctx,
+    }
+
+
+@tool(timeout=10)
+def whoami(key: str, ctx: CallContext) -> str:
+    """Records the context it was given under ``key`` (a list, one entry per run)."""
+    seen = _seen(ctx)
+    _redis().rpush(f"test:ctx:{key}", json.dumps(seen))
+    return f"{ctx.source}:{ctx.call_id}"
+
+
+@tool(timeout=10)
+def whoami_killed(key: str, ctx: CallContext) -> str:
+    """``whoami``, whose first delivery kills its own worker process (SIGKILL)."""
+    _redis().rpush(f"test:ctx:{key}", json.dumps(_seen(ctx)))
+    if ctx.attempt == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return f"attempt {ctx.attempt}"
+
+
+@tool(timeout=10, authorize=policies.deny_deletes)
+def delete_record(key: str) -> str:
+    """Deletes (counts) a record; its policy wants an admin session."""
+    return f"deleted {_redis().incr(f'test:runs:{key}')}"

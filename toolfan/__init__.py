@@ -25,8 +25,10 @@ This is a thin, stable face over the packages that do the work (``handlers`` for
 ``tasks`` for the engine, ``dispatcher`` for the protocols); import from here.
 """
 
+from handlers.context import CallContext, call_context
 from handlers.definitions import tool_definitions
 from handlers.errors import ToolError
+from handlers.policy import Allow, Deny
 from handlers.registry import tool
 from handlers.tool import RUN_AGAIN
 from toolfan.calls import (
@@ -44,12 +46,16 @@ from toolfan.conversations import (
 from toolfan.runs import watch_run, watch_runs
 
 __all__ = [
+    "Allow",
+    "CallContext",
     "ConversationError",
     "ConversationResult",
+    "Deny",
     "RUN_AGAIN",
     "ToolError",
     "arun_function_calls",
     "arun_tool_calls",
+    "call_context",
     "conversation_result",
     "run_function_calls",
     "run_tool_calls",

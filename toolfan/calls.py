@@ -18,7 +18,7 @@ runs twice. The process needs the same ``TOOLFAN_REDIS_URL``, broker and
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from dispatcher.sources.inline_calls import (
@@ -43,6 +43,7 @@ def run_tool_calls(
     timeout: float = DEFAULT_TIMEOUT,
     conversation_id: str | None = None,
     allowed: Collection[str] | None = None,
+    metadata: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Run a Chat Completions message's tool calls on the fleet; its ``tool`` messages.
 
@@ -54,6 +55,9 @@ def run_tool_calls(
             another conversation make another batch.
         allowed: The functions the calls may name (default: every registered one); any
             other is answered with an error and never runs.
+        metadata: Whom the calls serve (``{"user_id": ...}``): the tools read it as
+            ``CallContext.metadata``, never from the model. String pairs, bounded as the
+            APIs bound metadata (16 pairs of a 64-character key and a 512-character value).
 
     Returns:
         ``{"role": "tool", "tool_call_id", "content"}`` per call, in the order given. A
@@ -63,7 +67,7 @@ def run_tool_calls(
         ValueError: a call has no id, or ``timeout`` is not a positive number.
     """
     calls = chat_calls(tool_calls, get_limits())
-    batch = _batch(Api.CHAT, calls, conversation_id)
+    batch = _batch(Api.CHAT, calls, conversation_id, metadata)
     results = _runner().run(batch, check_timeout(timeout), allowed=allowed)
     return tool_messages(calls, results)
 
@@ -74,10 +78,11 @@ async def arun_tool_calls(
     timeout: float = DEFAULT_TIMEOUT,
     conversation_id: str | None = None,
     allowed: Collection[str] | None = None,
+    metadata: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`run_tool_calls` for asyncio: waiting holds no thread."""
     calls = chat_calls(tool_calls, get_limits())
-    batch = _batch(Api.CHAT, calls, conversation_id)
+    batch = _batch(Api.CHAT, calls, conversation_id, metadata)
     results = await _runner().arun(batch, check_timeout(timeout), allowed=allowed)
     return tool_messages(calls, results)
 
@@ -88,6 +93,7 @@ def run_function_calls(
     timeout: float = DEFAULT_TIMEOUT,
     conversation_id: str | None = None,
     allowed: Collection[str] | None = None,
+    metadata: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Run a Responses answer's ``function_call`` items on the fleet; their outputs.
 
@@ -97,6 +103,7 @@ def run_function_calls(
         timeout: As for :func:`run_tool_calls`.
         conversation_id: As for :func:`run_tool_calls`.
         allowed: As for :func:`run_tool_calls`.
+        metadata: As for :func:`run_tool_calls`.
 
     Returns:
         ``{"type": "function_call_output", "call_id", "output"}`` per call, in order.
@@ -105,7 +112,7 @@ def run_function_calls(
         ValueError: a call has no ``call_id``, or ``timeout`` is not a positive number.
     """
     calls = function_calls(items, get_limits())
-    batch = _batch(Api.RESPONSES, calls, conversation_id)
+    batch = _batch(Api.RESPONSES, calls, conversation_id, metadata)
     results = _runner().run(batch, check_timeout(timeout), allowed=allowed)
     return function_outputs(calls, results)
 
@@ -116,18 +123,29 @@ async def arun_function_calls(
     timeout: float = DEFAULT_TIMEOUT,
     conversation_id: str | None = None,
     allowed: Collection[str] | None = None,
+    metadata: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`run_function_calls` for asyncio: waiting holds no thread."""
     calls = function_calls(items, get_limits())
-    batch = _batch(Api.RESPONSES, calls, conversation_id)
+    batch = _batch(Api.RESPONSES, calls, conversation_id, metadata)
     results = await _runner().arun(batch, check_timeout(timeout), allowed=allowed)
     return function_outputs(calls, results)
 
 
-def _batch(api: Api, calls: list[InlineCall], conversation_id: str | None) -> InlineBatch:
+def _batch(
+    api: Api,
+    calls: list[InlineCall],
+    conversation_id: str | None,
+    metadata: Mapping[str, str] | None,
+) -> InlineBatch:
     if conversation_id is not None and not isinstance(conversation_id, str):
         raise TypeError(f"conversation_id must be a string, not {type(conversation_id).__name__}")
-    return InlineBatch.of(api, calls, conversation_id)
+    if metadata is not None and not (
+        isinstance(metadata, Mapping)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
+    ):
+        raise TypeError("metadata must map strings to strings")
+    return InlineBatch.of(api, calls, conversation_id, metadata)
 
 
 def _runner() -> InlineRunner:

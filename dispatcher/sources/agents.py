@@ -75,6 +75,10 @@ class AgentsSource:
         """The API client deliveries go through."""
         return self._client if self._client is not None else get_client()
 
+    def batch_ids(self, batch_id: str) -> dict[str, str]:
+        """A session's batch id is the session's id."""
+        return {"session_id": batch_id}
+
     def deliver(self, batch_id: str, results: Sequence[Mapping[str, Any]]) -> Delivered:
         """Send one session's results as one batch of ``tool_result`` events."""
         order, body = build_body(results, get_settings().max_batch_bytes)

@@ -94,6 +94,11 @@ class AssistantsSource:
         """The runs client deliveries go through."""
         return self._client if self._client is not None else get_client()
 
+    def batch_ids(self, batch_id: str) -> dict[str, str]:
+        """A phase's batch id names its thread and run (ValueError for any other id)."""
+        thread_id, run_id = run_of(batch_id)
+        return {"thread_id": thread_id, "run_id": run_id}
+
     def deliver(self, batch_id: str, results: Sequence[Mapping[str, Any]]) -> Delivered:
         """Submit a phase's outputs once; a run past the phase counts as delivered."""
         thread_id, run_id = run_of(batch_id)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dispatcher.declared import declared_functions
 from handlers.jsonsafe import string_pairs
 
 #: Statuses after which a run takes no more outputs.
@@ -43,6 +44,7 @@ class Run:
     problems: tuple[str, ...] = ()
     assistant_id: str | None = None
     metadata: dict[str, str] | None = None
+    declared: frozenset[str] | None = None
 
     @property
     def waiting(self) -> bool:
@@ -77,6 +79,7 @@ def parse_run(body: Any, thread_id: str, run_id: str) -> Run:
         problems=problems,
         assistant_id=_text(body.get("assistant_id")),
         metadata=_metadata(body.get("metadata")),
+        declared=declared_functions(body.get("tools")),
     )
 
 

@@ -203,6 +203,7 @@ class RunsPoller:
             expires_at=run.expires_at,
             agent_id=run.assistant_id,
             metadata=run.metadata,
+            declared=run.declared,
         )
 
     def _call(self, phase: str, call_id: str, name: str, arguments: object) -> PendingCall:

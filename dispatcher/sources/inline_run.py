@@ -14,7 +14,7 @@ import asyncio
 import math
 import time
 import weakref
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,20 +42,29 @@ class InlineBatch:
         api: The protocol; it is the turn id of every call, so the two never share records.
         batch_id: From the protocol, the conversation and the sorted call ids.
         calls: Each call id once.
+        metadata: What the application says of whom the calls serve, for the tools'
+            ``CallContext.metadata`` (not part of the batch's identity).
     """
 
     api: Api
     batch_id: str
     calls: tuple[InlineCall, ...]
+    metadata: Mapping[str, str] | None = None
 
     @classmethod
-    def of(cls, api: Api, calls: Sequence[InlineCall], conversation_id: str | None) -> InlineBatch:
+    def of(
+        cls,
+        api: Api,
+        calls: Sequence[InlineCall],
+        conversation_id: str | None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> InlineBatch:
         """The batch of ``calls`` in ``conversation_id``."""
         distinct: dict[str, InlineCall] = {}
         for call in calls:
             distinct.setdefault(call.call_id, call)
         bid = batch_id(api.value, conversation_id, list(distinct))
-        return cls(api, bid, tuple(distinct.values()))
+        return cls(api, bid, tuple(distinct.values()), metadata)
 
     def ref(self, call: InlineCall) -> CallRef:
         """The ledger's name for one of its calls."""
@@ -120,7 +129,8 @@ class InlineRunner:
             for c in batch.calls
         ]
         dispatcher = Dispatcher(NAME, self.ledger, self.settings, noun="batch")
-        dispatcher.dispatch([Batch(batch.batch_id, pending)], DispatchCounts())
+        whole = Batch(batch.batch_id, pending, metadata=batch.metadata)
+        dispatcher.dispatch([whole], DispatchCounts())
 
     def wait(self, batch: InlineBatch, seconds: float) -> Results | None:
         """The batch's answer once delivered, or None after ``seconds``."""

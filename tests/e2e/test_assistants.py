@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from dispatcher.sources.assistants import batch_id, phase_of
+from handlers import idempotency_key
 from tasks.ledger import CallRef, Ledger
 from tests.e2e.runs_stack import ROOT, RunsStack
 from tests.services import wait_for
@@ -198,3 +199,33 @@ def test_calls_still_queued_when_their_run_is_cancelled_are_not_run(stack, state
     ran = [k for k in keys if client.get(f"test:runs:{k}")]
     assert 1 <= len(ran) <= 4, f"{len(ran)} of 8 calls ran after the cancel"
     assert state.submits(run["thread_id"], run["id"]) == []
+
+
+def test_a_run_s_tool_is_told_its_thread_run_assistant_metadata_and_deadline(stack, state):
+    key = uuid.uuid4().hex
+    run = state.create_run(
+        [[call("whoami", {"key": key}, "call_ctx")]],
+        assistant_id="asst_ctx",
+        metadata={"customer_id": "cus_7"},
+    )
+    watch(stack, run)
+    assert finished(state, run)["status"] == "completed"
+    assert outputs(state, run) == [[("call_ctx", "assistants:call_ctx")]]
+    (raw,) = stack.redis().lrange(f"test:ctx:{key}", 0, -1)
+    seen = json.loads(raw)
+    bid = batch_id(run["thread_id"], run["id"])
+    assert seen["ids"] == {"thread_id": run["thread_id"], "run_id": run["id"]}
+    assert (seen["source"], seen["batch_id"], seen["turn_id"]) == (
+        "assistants",
+        bid,
+        phase_of(["call_ctx"]),
+    )
+    assert (seen["agent_id"], seen["metadata"], seen["attempt"]) == (
+        "asst_ctx",
+        {"customer_id": "cus_7"},
+        1,
+    )
+    assert seen["deadline"] == run["expires_at"]
+    assert seen["idempotency_key"] == idempotency_key(
+        "assistants", bid, seen["turn_id"], "call_ctx"
+    )

@@ -15,7 +15,7 @@ from openai.lib.beta.agents import FunctionTool, function_tool, pydantic_functio
 from pydantic import BaseModel
 
 import tests.sdk_tools as sdk
-from handlers import Outcome, Registry, RegistryError, registry, tool_definitions
+from handlers import CallContext, Outcome, Registry, RegistryError, registry, tool_definitions
 from handlers.schema import strict_parameters_schema
 from tasks.execute import _produce
 from tests.services import ROOT
@@ -41,7 +41,8 @@ def fleet() -> Registry:
 
 
 def run(reg: Registry, name: str, arguments):
-    return _produce(name, arguments, 1, reg, CTX, None)
+    call = CallContext(source="agents", batch_id="s1", turn_id="t1", call_id="c1", function=name)
+    return _produce(name, arguments, 1, reg, CTX, None, call)
 
 
 def test_load_registers_module_level_sdk_tools(reg):

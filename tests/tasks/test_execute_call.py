@@ -15,16 +15,6 @@ from tests.services import AofRedis
 
 
 @pytest.fixture
-def ledger(redis_client) -> Ledger:
-    return Ledger(redis_client, ttl=3600, source="agents")
-
-
-@pytest.fixture
-def runs() -> list[str]:
-    return []
-
-
-@pytest.fixture
 def reg(runs) -> Registry:
     reg = Registry()
 

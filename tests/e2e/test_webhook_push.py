@@ -99,3 +99,48 @@ def test_a_delivery_during_a_redis_outage_is_refused_503_and_the_retry_is_taken(
     attempts = api.webhooks.deliveries(session=sid, endpoint=endpoint["id"])
     assert [a.status for a in attempts][-1] == 202, attempts
     assert answered_once(api, redis_client, sid, "outage")
+
+
+def test_a_delivery_during_a_broker_outage_is_refused_503_and_the_retry_is_queued(
+    api, redis_client, tmp_path
+):
+    """The broker is down when the event arrives: 503, the id is not kept, the retry is taken.
+
+    This intake publishes to a private broker, stopped for the first attempt and started
+    again before the emulator's retry; the retry's push task then waits on that broker's
+    ``toolfan.poll`` queue (no worker consumes it: the session's worker has its own broker).
+    """
+    import redis
+
+    from dispatcher.devstack import free_port
+    from tests.services import AofRedis
+
+    broker = AofRedis(tmp_path / "broker")
+    port = free_port()
+    env = worker_env(TOOLFAN_BROKER_URL=f"{broker.url}/0", OPENAI_WEBHOOK_SECRET=SECRET)
+    service = Service(["webhook", "--port", str(port)], tmp_path / "intake.log", env)
+    try:
+        service.wait_for_output("listening", 30)
+        endpoint = api.webhooks.register(f"http://127.0.0.1:{port}/webhooks/openai", secret=SECRET)
+        api.webhooks.set_faults(retry_base=2.0)
+        broker.stop()
+        sid = str(api.create_session([function_call("count", {"key": "no-broker"})])["id"])
+        wait_for(
+            lambda: [d for d in api.webhooks.deliveries(session=sid) if d.status or d.error],
+            15,
+            "the first attempt's answer",
+        )
+        assert api.webhooks.deliveries(session=sid)[0].status == 503
+        assert not redis_client.keys("*webhook*"), "a refused delivery's id is not kept"
+        broker.restart_stopped()
+        statuses = lambda: [d.status for d in api.webhooks.deliveries(session=sid)]  # noqa: E731
+        wait_for(lambda: 202 in statuses(), 60, "the retried delivery to be taken")
+        queued = redis.Redis.from_url(f"{broker.url}/0")
+        assert queued.llen("toolfan.poll") == 1, "the retry's push task waits on the broker"
+        queued.close()
+    finally:
+        service.stop()
+        broker.stop()
+    attempts = api.webhooks.deliveries(session=sid, endpoint=endpoint["id"])
+    assert [a.status for a in attempts] == [503, 202], attempts
+    assert redis_client.get("test:runs:no-broker") is None

@@ -24,6 +24,7 @@ import random
 import time
 from typing import Any
 
+import redis
 from celery import Task
 
 from dispatcher.conversations.history import calls_of, history, text_of
@@ -38,7 +39,8 @@ from dispatcher.conversations.store import (
 from dispatcher.sources.inline import NAME
 from dispatcher.sources.inline_run import InlineBatch, InlineRunner
 from handlers.definitions import tool_definitions
-from handlers.text import shown
+from handlers.runner import safe_str
+from handlers.text import clip, shown
 from tasks import liveness
 from tasks.app import app
 from tasks.queues import MODEL_TASK
@@ -186,6 +188,39 @@ def advance(self: Task[Any, Any], conversation_id: str) -> str:
         return Step(store, conversation, worker).advance()
     except ModelError as exc:
         return _model_failed(self, store, conversation_id, exc)
+    except (redis.RedisError, OSError) as exc:  # Redis or the network, for a moment
+        return _blip(self, store, conversation_id, exc)
+    except Exception as exc:  # a bug, or an answer nothing foresaw: end it, say why
+        return _broke(store, conversation_id, exc)
+
+
+#: Retries of a step that Redis or the network interrupted, before the conversation fails.
+STEP_RETRIES = 5
+
+
+def _blip(
+    task: Task[Any, Any], store: ConversationStore, conversation_id: str, exc: Exception
+) -> str:
+    """Retry a step a passing outage interrupted; fail the conversation if it lasts."""
+    ids = f"conversation_id={shown(conversation_id)}"
+    if task.request.retries < STEP_RETRIES:
+        delay = min(30.0, 2.0**task.request.retries)
+        log.warning("%s step interrupted (%s), retry in %.0fs", ids, type(exc).__name__, delay)
+        raise task.retry(countdown=delay, exc=exc) from exc
+    return _broke(store, conversation_id, exc)
+
+
+def _broke(store: ConversationStore, conversation_id: str, exc: Exception) -> str:
+    """End a conversation a step could not advance: its caller gets the reason, not a hang.
+
+    Without this a step that raised left the conversation ``running`` for good, and
+    ``conversation_result`` waited out its whole timeout for nothing.
+    """
+    ids = f"conversation_id={shown(conversation_id)}"
+    log.error("%s step failed: %s", ids, type(exc).__name__, exc_info=True)
+    reason = f"toolfan could not advance the conversation: {type(exc).__name__}: {safe_str(exc)}"
+    store.end(conversation_id, FAILED, clip(reason, 2_000))
+    return FAILED
 
 
 def _model_failed(

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from dispatcher.approvals_cli import add_approvals
 from dispatcher.conversations.cli import add_chat
 from dispatcher.webhook.cli import add_webhook
 from handlers.errors import ToolfanError
@@ -490,6 +491,7 @@ _PARSERS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], 
     _add_resubmit,
     _add_runs,
     add_chat,
+    add_approvals,
     add_webhook,
     _add_emulator,
     _add_bench,

@@ -18,7 +18,7 @@ functions.
 from handlers.context import CallContext, call_context, idempotency_key
 from handlers.definitions import Api, tool_definitions
 from handlers.errors import RegistryError, ToolError, ToolfanError
-from handlers.policy import Allow, Deny
+from handlers.policy import Allow, Deny, RequireApproval
 from handlers.registry import Registry, build_tool, registry, tool
 from handlers.result import CallResult, InputImage, InputText, Outcome
 from handlers.tool import RUN_AGAIN, Tool, queue_for
@@ -35,6 +35,7 @@ __all__ = [
     "RUN_AGAIN",
     "Registry",
     "RegistryError",
+    "RequireApproval",
     "Tool",
     "ToolError",
     "ToolfanError",

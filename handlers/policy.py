@@ -44,7 +44,17 @@ class Deny:
     reason: str = "denied by policy"
 
 
-Decision: TypeAlias = Allow | Deny
+@dataclass(frozen=True, slots=True)
+class RequireApproval:
+    """The call may run once a person approves it (``toolfan approvals``).
+
+    ``reason`` is what the approver reads.
+    """
+
+    reason: str = "approval required by policy"
+
+
+Decision: TypeAlias = Allow | Deny | RequireApproval
 Policy: TypeAlias = Callable[[str, Mapping[str, Any], CallContext], Decision]
 
 
@@ -62,11 +72,14 @@ def decide(policy: Policy, tool_name: str, args: Mapping[str, Any], ctx: CallCon
         return Deny(f"the authorization policy failed ({type(exc).__name__})")
     if isinstance(decision, Allow):
         return decision
+    if isinstance(decision, RequireApproval):
+        reason = decision.reason if isinstance(decision.reason, str) else ""
+        return RequireApproval(clip(reason, MAX_REASON_CHARS) or "approval required by policy")
     if isinstance(decision, Deny):
         reason = decision.reason if isinstance(decision.reason, str) else "denied by policy"
         return Deny(clip(reason, MAX_REASON_CHARS) or "denied by policy")
     log.error(
-        "the authorization policy of %r answered %s, not Allow() or Deny(); the call is denied",
+        "the authorization policy of %r answered %s, not a decision; the call is denied",
         tool_name,
         type(decision).__name__,
     )

@@ -90,6 +90,7 @@ class Registry:
         defer_loading: bool | None = None,
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
         authorize: Callable[..., Any] | None = None,
+        requires_approval: bool = False,
     ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
     def tool(  # type: ignore[misc]  # mypy misreads a ParamSpec only in the return type
@@ -106,6 +107,7 @@ class Registry:
         defer_loading: bool | None = None,
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
         authorize: Callable[..., Any] | None = None,
+        requires_approval: bool = False,
     ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
         """Register a function as a tool, bare (``@tool``) or with options (``@tool(...)``).
 
@@ -114,7 +116,7 @@ class Registry:
         ``reconcile`` (for non-idempotent tools: decides after a crash whether the call ran),
         ``defer_loading`` (hidden until found by tool search), ``max_output_chars``,
         ``authorize`` (this tool's policy, see :mod:`handlers.policy`; instead of
-        ``TOOLFAN_POLICY``).
+        ``TOOLFAN_POLICY``), ``requires_approval`` (every call waits for a person).
 
         ``fn`` may also be a ``FunctionTool`` of the official SDK (``function_tool``,
         ``pydantic_function_tool``); its name, description and ``defer_loading`` are then
@@ -133,6 +135,7 @@ class Registry:
                 defer_loading=defer_loading,
                 max_output_chars=max_output_chars,
                 authorize=authorize,
+                requires_approval=requires_approval,
             )
             self.add(built)
             return built

@@ -70,6 +70,7 @@ class Tool(Generic[P, R]):
     parameters: dict[str, Any] | None = None
     origin: object | None = None
     authorize: Callable[..., Any] | None = None
+    requires_approval: bool = False
 
     def __post_init__(self) -> None:
         _check_options(self)

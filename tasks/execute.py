@@ -21,7 +21,7 @@ from celery.canvas import Signature
 from pydantic import BaseModel
 
 from handlers.context import CallContext
-from handlers.policy import Deny, decide
+from handlers.policy import Deny, RequireApproval, decide
 from handlers.registry import Registry
 from handlers.result import CallResult, Outcome
 from handlers.runner import (
@@ -37,12 +37,13 @@ from handlers.runner import (
 from handlers.tool import Tool
 from tasks import liveness, metrics
 from tasks.app import app
+from tasks.approvals import AwaitingApproval, gate
 from tasks.config import hard_limit
 from tasks.context import context_of
 from tasks.envelope import Envelope
 from tasks.ledger import Begin, CallRef, Ledger, LedgerError
 from tasks.queues import EXECUTE_TASK, execute_queue
-from tasks.runtime import batch_label, get_ledger, get_limits, get_policy
+from tasks.runtime import batch_label, get_approvals, get_ledger, get_limits, get_policy
 from tasks.settings import get_settings, load_registry
 
 log = logging.getLogger("toolfan.execute")
@@ -110,7 +111,11 @@ def execute_call(
                 ledger.source, ref.batch_id, ref.call_id, name, arguments, ref.turn_id
             )
         call = context_of(envelope, begin.attempts)
-        produced = _produce(name, arguments, begin.attempts, registry, context, problem, call)
+        try:
+            produced = _produce(name, arguments, begin.attempts, registry, context, problem, call)
+        except AwaitingApproval:
+            ledger.park(ref, worker)  # the wait is no attempt, and holds no process
+            raise
     elapsed = time.perf_counter() - started
     deadline = started + _hard_limit(registry, name) - SAVE_MARGIN
     result = save_result(ledger, ref, produced, deadline, context)
@@ -232,9 +237,9 @@ def _produce(
     args = parse_arguments(tool, arguments, context, limits)
     if isinstance(args, CallResult):
         return args
-    denied = _denied(tool, args, call, context)
-    if denied is not None:
-        return denied
+    refused = _authorize(tool, args, call, context)
+    if refused is not None:
+        return refused
     if attempts > 1 and not tool.idempotent:
         log.warning(
             "%s interrupted earlier (attempt %d); reconciling",
@@ -248,23 +253,35 @@ def _produce(
     return run_call(tool, args, context, limits, call)
 
 
-def _denied(
+def _authorize(
     tool: Tool[Any, Any], args: BaseModel, call: CallContext, context: dict[str, Any]
 ) -> CallResult | None:
-    """The refusal of a call its policy denies (the tool's own, else ``TOOLFAN_POLICY``)."""
+    """The answer of a call that may not run now; None when it may.
+
+    Its policy (the tool's own, else ``TOOLFAN_POLICY``) decides first; a call that needs
+    an approval (``requires_approval=True``, or the policy's ``RequireApproval``) runs once
+    approved with these very arguments.
+
+    Raises:
+        AwaitingApproval: the call waits for a person's decision.
+    """
     policy = tool.authorize or get_policy()
-    if policy is None:
+    values = args.model_dump(mode="json", by_alias=True)
+    decision = decide(policy, tool.name, values, call) if policy is not None else None
+    if isinstance(decision, Deny):
+        log.warning(
+            "%s denied: %s",
+            where(context),
+            decision.reason,
+            extra={**context, "outcome": Outcome.DENIED.value},
+        )
+        return failed(Outcome.DENIED, f"Not authorized: {decision.reason}", get_limits())
+    if not (tool.requires_approval or isinstance(decision, RequireApproval)):
         return None
-    decision = decide(policy, tool.name, args.model_dump(by_alias=True), call)
-    if not isinstance(decision, Deny):
-        return None
-    log.warning(
-        "%s denied: %s",
-        where(context),
-        decision.reason,
-        extra={**context, "outcome": Outcome.DENIED.value},
-    )
-    return failed(Outcome.DENIED, f"Not authorized: {decision.reason}", get_limits())
+    reason = decision.reason if isinstance(decision, RequireApproval) else "the tool requires it"
+    settings = get_settings()
+    store = get_approvals()
+    return gate(store, call, values, reason, settings.approval_timeout, settings.expiry_margin)
 
 
 def crashed(name: str, exc: BaseException) -> CallResult:
@@ -348,6 +365,11 @@ def execute(
             worker,
             envelope,
         )
+    except AwaitingApproval as waiting:
+        _keep_claim(ledger, envelope, waiting)
+        raise self.retry(
+            countdown=waiting.seconds, max_retries=WAIT_RETRIES, **call_reprs(envelope)
+        ) from None
     except LedgerError as exc:
         if self.request.retries < LEDGER_RETRIES:
             reprs = call_reprs(envelope)  # or Flower shows values
@@ -360,6 +382,18 @@ def execute(
     except (Exception, RecursionError, MemoryError) as exc:
         result = _guarded(ledger, ref, name, exc)
     return Payload(result_payload(ref, name, result))
+
+
+#: Retries a task may make while its call waits for approval (the deadline ends the wait).
+WAIT_RETRIES = 10**9
+
+
+def _keep_claim(ledger: Ledger, envelope: Envelope, waiting: AwaitingApproval) -> None:
+    """Hold the batch's claim while its call waits, so no poll dispatches it again."""
+    left = waiting.approval.seconds_left()
+    run = _hard_limit(load_registry(), envelope.name) + 2 * waiting.seconds
+    budget = left + run + get_settings().queue_budget  # as a dispatch's lease counts it
+    ledger.extend_claim(envelope.batch_id, int(budget * 1000))
 
 
 def _guarded(ledger: Ledger, ref: CallRef, name: str, exc: BaseException) -> CallResult:

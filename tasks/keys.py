@@ -124,6 +124,20 @@ def webhook_seen(webhook_id: str) -> str:
     return f"{PREFIX}:{VERSION}:webhook:seen:{encode_id(webhook_id)}"
 
 
+#: The hash tag of every approval key: one slot, so a script can keep the index with them.
+APPROVALS_TAG = "{approvals}"
+
+
+def approval(approval_id: str) -> str:
+    """Hash holding one call's approval: the request, its digest, and the decision."""
+    return f"{PREFIX}:{VERSION}:approvals:{APPROVALS_TAG}:{encode_id(approval_id)}"
+
+
+def approvals_pending() -> str:
+    """Sorted set of the undecided approvals' ids, by deadline."""
+    return f"{PREFIX}:{VERSION}:approvals:{APPROVALS_TAG}:pending"
+
+
 #: SCAN patterns over every source: all call records, all claims.
 ALL_CALLS = f"{PREFIX}:{VERSION}:*:call:*"
 ALL_CLAIMS = f"{PREFIX}:{VERSION}:*:claim:*"

@@ -28,8 +28,10 @@ from tasks import keys, metrics
 from tasks.scripts import (
     BEGIN,
     CLAIM,
+    EXTEND,
     FINISH,
     MARK_SUBMITTED,
+    PARK,
     RECLAIM,
     RELEASE,
     REOPEN,
@@ -171,6 +173,8 @@ class Ledger:
         #: Whether this source's batches can end unanswered (then ``begin`` checks).
         self.batches_end = batches_end
         self._begin = client.register_script(BEGIN)
+        self._park = client.register_script(PARK)
+        self._extend = client.register_script(EXTEND)
         self._finish = client.register_script(FINISH)
         self._submitted = client.register_script(MARK_SUBMITTED)
         self._claim = client.register_script(CLAIM)
@@ -223,6 +227,19 @@ class Ledger:
         payload = result.stored()
         saved = self._run(self._finish, [self.key(ref)], [payload, time.time(), self.ttl, ref.ids])
         return result if saved == payload else CallResult.model_validate_json(saved)
+
+    def park(self, ref: CallRef, worker: str) -> bool:
+        """Give back the start of a call ``worker`` began that now waits for its approval."""
+        return bool(self._run(self._park, [self.key(ref)], [worker]))
+
+    def extend_claim(self, batch_id: str, lease_ms: int) -> None:
+        """Keep a batch's claim, and its dispatch's lease, ``lease_ms`` more at least.
+
+        A call of it waits for approval: no poll may take the batch over meanwhile, nor
+        count its claim as stale.
+        """
+        keys_ = [self._claim_key(batch_id), self._dispatch_key(batch_id)]
+        self._run(self._extend, keys_, [lease_ms, int(time.time() * 1000)])
 
     def saved(self, ref: CallRef) -> CallResult | None:
         """The call's saved result, or None."""

@@ -45,6 +45,11 @@ TIME_TO_SUBMIT = Histogram(
 SUBMIT_ATTEMPTS = Counter(
     "toolfan_submit_attempts", "Events batches sent, by HTTP status or failure", ["status"]
 )
+APPROVALS = Counter(
+    "toolfan_approvals",
+    "Approvals asked for and how they ended: requested, approved, denied, timed_out",
+    ["decision"],
+)
 ABANDONED = Counter("toolfan_abandoned_calls", "Calls whose results the API refused for good")
 SESSIONS_PENDING = Gauge(
     "toolfan_sessions_pending",

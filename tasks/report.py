@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from tasks import keys, liveness
+from tasks.approvals import ApprovalStore, approval_id
 from tasks.ledger import ABANDONED, DONE, STARTED, SUBMITTED, CallRecord, Dispatch, Ledger
 
 
@@ -19,8 +20,12 @@ def _scan(ledger: Ledger, pattern: str) -> list[str]:
 
 
 def inspect_session(ledger: Ledger, session_id: str) -> dict[str, Any]:
-    """Everything the ledger knows of one batch, JSON-ready (``session_id`` is its id)."""
-    calls = [_record(record) for record in ledger.records_of(session_id)]
+    """Everything the ledger knows of one batch, JSON-ready (``session_id`` is its id).
+
+    A call that was gated by an approval carries it: the request and the decision.
+    """
+    store = ApprovalStore(ledger.client, ledger.ttl)
+    calls = [_record(record, store, ledger.source) for record in ledger.records_of(session_id)]
     dispatch = ledger.dispatch(session_id)
     return {
         "source": ledger.source,
@@ -32,11 +37,15 @@ def inspect_session(ledger: Ledger, session_id: str) -> dict[str, Any]:
     }
 
 
-def _record(record: CallRecord) -> dict[str, Any]:
+def _record(record: CallRecord, store: ApprovalStore, source: str) -> dict[str, Any]:
     skipped = ("result", "batch_id")
     data = {k: v for k, v in record.__dict__.items() if v is not None and k not in skipped}
     if record.result is not None:
         data["result"] = record.result.to_json_dict()
+    aid = approval_id(source, record.batch_id, record.turn_id, record.call_id)
+    approval = store.get(aid)
+    if approval is not None:
+        data["approval"] = approval.to_json()
     return data
 
 

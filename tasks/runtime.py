@@ -13,6 +13,7 @@ from functools import cache
 from handlers.limits import Limits
 from handlers.policy import Policy, load_policy
 from tasks import sources
+from tasks.approvals import ApprovalStore
 from tasks.envelope import LEGACY_SOURCE
 from tasks.ledger import Ledger
 from tasks.settings import get_settings, load_registry
@@ -20,6 +21,7 @@ from tasks.upgrade import ensure_upgraded
 
 __all__ = [
     "batch_label",
+    "get_approvals",
     "get_ledger",
     "get_limits",
     "get_policy",
@@ -63,6 +65,13 @@ def _ledger() -> Ledger:
 def get_limits() -> Limits:
     """The limits of this process, from the ``TOOLFAN_MAX_*`` settings."""
     return get_settings().limits
+
+
+@cache
+def get_approvals() -> ApprovalStore:
+    """The approval inbox, in the ledger's Redis, kept as long as the call records."""
+    settings = get_settings()
+    return ApprovalStore(_ledger().client, settings.ledger_ttl)
 
 
 @cache

@@ -103,3 +103,29 @@ for i = 1, #KEYS do
 end
 return n
 """
+
+# A call waiting for its approval gives its start back: no attempt counted, no worker named
+# (so the copy that runs it once approved waits on nobody). ARGV: this runner.
+PARK = """
+if redis.call('HGET', KEYS[1], 'result') then return 0 end
+if redis.call('HGET', KEYS[1], 'worker') ~= ARGV[1] then return 0 end
+redis.call('HINCRBY', KEYS[1], 'attempts', -1)
+redis.call('HSET', KEYS[1], 'state', 'awaiting_approval', 'worker', '')
+return 1
+"""
+
+# Keep a batch's claim, and its dispatch's lease, long enough for a call waiting for its
+# approval (so no poll takes the batch over, nor counts its claim as stale).
+# KEYS: the claim, the dispatch. ARGV: milliseconds from now, now in milliseconds.
+EXTEND = """
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl >= 0 and ttl < tonumber(ARGV[1]) then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+local at = redis.call('HGET', KEYS[2], 'dispatched_at')
+if at then
+  local need = math.floor(tonumber(ARGV[2]) - tonumber(at) * 1000 + tonumber(ARGV[1]))
+  if need > tonumber(redis.call('HGET', KEYS[2], 'lease_ms') or '0') then
+    redis.call('HSET', KEYS[2], 'lease_ms', need)
+  end
+end
+return ttl
+"""

@@ -105,6 +105,9 @@ class Settings(BaseModel):
     policy: str | None = Field(
         None, description="module:function deciding every call of a tool without authorize="
     )
+    approval_timeout: float = Field(
+        600.0, gt=0, description="seconds a call waits for its approval before it times out"
+    )
     enforce_agent_tools: bool = Field(
         True, description="refuse calls to functions the session's agent does not declare"
     )

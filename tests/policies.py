@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from handlers import Allow, CallContext, Deny
+from handlers import Allow, CallContext, Deny, RequireApproval
 
 #: Not a policy: ``TOOLFAN_POLICY`` naming it must stop the start.
 NOT_CALLABLE = 42
@@ -26,3 +26,12 @@ def allow_everything(tool_name: str, args: Mapping[str, Any], ctx: CallContext) 
 def broken(tool_name: str, args: Mapping[str, Any], ctx: CallContext) -> Allow:
     """A policy with a bug: it raises, so its calls are denied."""
     raise KeyError("role")
+
+
+def approve_large(
+    tool_name: str, args: Mapping[str, Any], ctx: CallContext
+) -> Allow | RequireApproval:
+    """Amounts above 100 need a person's approval."""
+    if args["amount"] > 100:
+        return RequireApproval(f"a transfer of {args['amount']}")
+    return Allow()

@@ -267,3 +267,21 @@ def whoami_killed(key: str, ctx: CallContext) -> str:
 def delete_record(key: str) -> str:
     """Deletes (counts) a record; its policy wants an admin session."""
     return f"deleted {_redis().incr(f'test:runs:{key}')}"
+
+
+@tool(timeout=10, requires_approval=True)
+def erase(key: str) -> str:
+    """Erases (counts) a record: every call waits for a person's approval."""
+    return f"erased {_redis().incr(f'test:runs:{key}')}"
+
+
+@tool(timeout=10, authorize=policies.approve_large)
+def transfer(key: str, amount: int) -> str:
+    """Moves money (counts): above 100, its policy wants a person's approval."""
+    return f"moved {amount} ({_redis().incr(f'test:runs:{key}')})"
+
+
+@tool(timeout=10, queue="fn.private", requires_approval=True)
+def private_erase(key: str) -> str:
+    """``erase`` on a test's own workers (a short approval timeout)."""
+    return f"erased {_redis().incr(f'test:runs:{key}')}"

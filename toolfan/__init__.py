@@ -28,7 +28,7 @@ This is a thin, stable face over the packages that do the work (``handlers`` for
 from handlers.context import CallContext, call_context
 from handlers.definitions import tool_definitions
 from handlers.errors import ToolError
-from handlers.policy import Allow, Deny
+from handlers.policy import Allow, Deny, RequireApproval
 from handlers.registry import tool
 from handlers.tool import RUN_AGAIN
 from toolfan.calls import (
@@ -52,6 +52,7 @@ __all__ = [
     "ConversationResult",
     "Deny",
     "RUN_AGAIN",
+    "RequireApproval",
     "ToolError",
     "arun_function_calls",
     "arun_tool_calls",

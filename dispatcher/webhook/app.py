@@ -34,12 +34,13 @@ from starlette.routing import Route
 
 from dispatcher.sources.assistants_watch import Watches
 from dispatcher.webhook.events import Event, Kind, NotAnEvent, read_event
-from dispatcher.webhook.metrics import DELIVERIES
+from dispatcher.webhook.metrics import DELIVERIES, read_approvals
 from dispatcher.webhook.push import push
 from dispatcher.webhook.verify import Unverified, secrets, verify
 from handlers.text import shown
 from tasks import keys
 from tasks.app import app as celery_app
+from tasks.approvals import ApprovalStore
 
 log = logging.getLogger("toolfan.webhook")
 
@@ -181,8 +182,16 @@ class Intake:
         return checks
 
     async def metrics(self, request: Request) -> Response:
-        """Prometheus metrics of this process."""
+        """Prometheus metrics of this process, with the approval inbox read now."""
+        await run_in_threadpool(self._read_approvals)
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    def _read_approvals(self) -> None:
+        try:
+            deadlines = ApprovalStore(self.config.client, 0).deadlines()
+        except redis.RedisError:
+            return  # /healthz says Redis is down; the gauges keep their last reading
+        read_approvals(deadlines, time.time())
 
     async def watch_run(self, request: Request) -> Response:
         """``toolfan runs watch`` over HTTP: ``{"thread_id", "run_id"}``, bearer token."""

@@ -6,7 +6,7 @@ Labels are bounded: outcomes are this module's words, event types the known ones
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 DELIVERIES = Counter(
     "toolfan_webhook_deliveries",
@@ -25,3 +25,16 @@ PUSHES = Counter(
     "filtered, gone, unreadable)",
     ["result"],
 )
+APPROVALS_WAITING = Gauge(
+    "toolfan_approvals_pending", "Calls waiting for a person's approval, at the last scrape"
+)
+APPROVAL_NEAREST = Gauge(
+    "toolfan_approval_nearest_deadline_seconds",
+    "Seconds before the nearest approval deadline (+Inf when none waits), at the last scrape",
+)
+
+
+def read_approvals(pending: list[float], now: float) -> None:
+    """Set the approval gauges from the pending approvals' deadlines."""
+    APPROVALS_WAITING.set(len(pending))
+    APPROVAL_NEAREST.set(max(0.0, min(pending) - now) if pending else float("inf"))

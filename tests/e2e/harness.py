@@ -175,3 +175,10 @@ def poller_processes(n: int, interval: float) -> Iterator[list[subprocess.Popen[
 
 def total(summaries: list[PollSummary], field_name: str) -> int:
     return sum(getattr(s, field_name) for s in summaries)
+
+
+def batch_events(api: EmulatorState, sid: str, seconds: float = 60) -> dict[str, dict]:
+    """The session's one batch, once it arrives, as its events by call id."""
+    wait_for(lambda: api.batches(sid), seconds, "the session's batch")
+    (batch,) = api.batches(sid)
+    return {e["call_id"]: e for e in batch.events}

@@ -9,17 +9,9 @@ import pytest
 
 from emulator import function_call
 from emulator.wire import function_tool
-from tests.e2e.harness import Seeded, check_exactly_once, poll_loop
-from tests.services import wait_for
+from tests.e2e.harness import Seeded, batch_events, check_exactly_once, poll_loop
 
 pytestmark = pytest.mark.usefixtures("worker")
-
-
-def answered(api, sid: str) -> dict[str, dict]:
-    """The session's one batch, by call id."""
-    wait_for(lambda: api.batches(sid), 60, "the session's batch")
-    (batch,) = api.batches(sid)
-    return {e["call_id"]: e for e in batch.events}
 
 
 def test_a_tool_s_policy_denies_outside_an_admin_session_and_it_never_runs(api, redis_client):
@@ -29,8 +21,8 @@ def test_a_tool_s_policy_denies_outside_an_admin_session_and_it_never_runs(api, 
     allowed = function_call("delete_record", {"key": key}, turn_id="turn_1")
     admin = api.create_session([allowed], metadata={"role": "admin"})["id"]
     with poll_loop():
-        refused = answered(api, plain)[denied["call_id"]]
-        ran = answered(api, admin)[allowed["call_id"]]
+        refused = batch_events(api, plain)[denied["call_id"]]
+        ran = batch_events(api, admin)[allowed["call_id"]]
     assert refused["success"] is False
     assert refused["error"] == "Not authorized: delete_record needs an admin session"
     assert ran == {**ran, "success": True, "output": "deleted 1"}
@@ -46,7 +38,7 @@ def test_a_call_to_a_function_the_agent_does_not_declare_is_refused_unsent(api, 
         "id"
     ]
     with poll_loop():
-        events = answered(api, sid)
+        events = batch_events(api, sid)
     assert events[own["call_id"]]["output"] == "5"
     refusal = events[injected["call_id"]]
     assert refusal["success"] is False

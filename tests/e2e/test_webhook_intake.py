@@ -248,3 +248,26 @@ def test_a_refused_deliverys_body_is_never_logged(intake, api):
     log = (Path(os.environ["TOOLFAN_TEST_TMP"]) / "intake.log").read_text()
     assert "refused" in log, "the refusals are logged, with their reasons"
     assert marker not in log
+
+
+def test_metrics_read_the_approval_inbox_for_the_deadline_alert(intake, redis_client):
+    from handlers import CallContext
+    from tasks.approvals import ApprovalStore
+
+    def gauges() -> dict[str, float]:
+        text = httpx.get(f"{intake}/metrics", timeout=10).text
+        wanted = ("toolfan_approvals_pending ", "toolfan_approval_nearest_deadline_seconds ")
+        lines = [line for line in text.splitlines() if line.startswith(wanted)]
+        return {line.split()[0]: float(line.split()[1]) for line in lines}
+
+    assert gauges() == {
+        "toolfan_approvals_pending": 0.0,
+        "toolfan_approval_nearest_deadline_seconds": float("inf"),
+    }
+    store = ApprovalStore(redis_client, 3600)
+    for call_id, timeout in (("call_1", 600), ("call_2", 90)):
+        ctx = CallContext("agents", "sess_1", "turn_1", call_id, "erase")
+        store.ask(ctx, {}, "r", timeout, 15)
+    now = gauges()
+    assert now["toolfan_approvals_pending"] == 2.0
+    assert 80 < now["toolfan_approval_nearest_deadline_seconds"] <= 90

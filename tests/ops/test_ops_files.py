@@ -41,6 +41,9 @@ METRICS = {
     "toolfan_poll_errors_total",
     "toolfan_orphans_total",
     "toolfan_workers_alive",
+    "toolfan_approvals_total",
+    "toolfan_approvals_pending",
+    "toolfan_approval_nearest_deadline_seconds",
 }
 K8S = path("ops/k8s")
 
@@ -161,10 +164,13 @@ def test_prometheus_scrapes_the_compose_services_on_their_metrics_port():
     assert config["rule_files"] == ["alerts.yml"]
     services = yaml.safe_load(read("docker-compose.yml"))["services"]
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
-    assert set(jobs) == {"toolfan-workers", "toolfan-poller"}
-    for job in jobs.values():
+    assert set(jobs) == {"toolfan-workers", "toolfan-poller", "toolfan-webhook"}
+    for job_name, job in jobs.items():
         for sd in job["dns_sd_configs"]:
             for name in sd["names"]:
+                if job_name == "toolfan-webhook":  # the intake's own port serves /metrics
+                    assert f"{sd['port']}:{sd['port']}" in services[name]["ports"][0], name
+                    continue
                 port = services[name]["environment"]["TOOLFAN_METRICS_PORT"]
                 assert sd["port"] == int(port), name
 
@@ -191,7 +197,7 @@ def test_alerts_use_only_metrics_that_exist():
 
 def test_metric_names_match_the_metrics_module():
     # prometheus_client adds `_total` to counters; the module names them without it.
-    source = read("tasks/metrics.py")
+    source = read("tasks/metrics.py") + read("dispatcher/webhook/metrics.py")
     for metric in METRICS:
         assert f'"{metric.removesuffix("_total")}"' in source, metric
 

@@ -17,6 +17,8 @@ from emulator.jsontext import RawJson
 from emulator.wire import FUNCTION_CALL, JSON, ActionKey, action_key, agent_json, default_tools
 
 _RAW_ACTION_KEYS = frozenset({"json", "turn_id", "call_id"})
+#: Optional: the function the raw action calls, for the agent's default ``tools``.
+_RAW_ACTION_OPTIONAL = frozenset({"name"})
 
 
 @dataclass(frozen=True)
@@ -27,21 +29,31 @@ class RawAction:
         json: The action's JSON text, appended verbatim to ``required_actions``.
         turn_id: The ``turn_id`` an answer must carry.
         call_id: The ``call_id`` an answer must carry.
+        name: The function it calls, when given: the agent's default ``tools`` list it,
+            as they list the plain calls' functions.
     """
 
     json: RawJson
     turn_id: str
     call_id: str
+    name: str | None = None
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> RawAction:
-        """Build from ``{"json": <text>, "turn_id": ..., "call_id": ...}``, strictly."""
-        if not isinstance(spec, Mapping) or set(spec) != _RAW_ACTION_KEYS:
-            raise ValueError(f"a raw action needs exactly the keys {sorted(_RAW_ACTION_KEYS)}")
+        """Build from ``{"json": <text>, "turn_id": ..., "call_id": ...[, "name"]}``, strictly."""
+        keys = set(spec) if isinstance(spec, Mapping) else set()
+        if not _RAW_ACTION_KEYS <= keys <= _RAW_ACTION_KEYS | _RAW_ACTION_OPTIONAL:
+            raise ValueError(
+                f"a raw action needs the keys {sorted(_RAW_ACTION_KEYS)} (and may name the "
+                "function it calls: 'name')"
+            )
         for name in ("turn_id", "call_id"):
             if not isinstance(spec[name], str) or not spec[name]:
                 raise ValueError(f"a raw action's {name!r} must be a non-empty string")
-        return cls(RawJson(spec["json"]), spec["turn_id"], spec["call_id"])
+        function = spec.get("name")
+        if function is not None and not isinstance(function, str):
+            raise ValueError("a raw action's 'name' must be a string")
+        return cls(RawJson(spec["json"]), spec["turn_id"], spec["call_id"], function)
 
     @property
     def key(self) -> ActionKey:
@@ -189,7 +201,12 @@ class Session:
         actions follow the plain ones. Both stay :class:`RawJson` values here, spliced
         verbatim when the object is rendered.
         """
-        tools = self.tools if self.tools is not None else default_tools(self.required_actions)
+        named = [{"type": FUNCTION_CALL, "name": r.name} for r in self.raw_actions if r.name]
+        tools = (
+            self.tools
+            if self.tools is not None
+            else default_tools([*self.required_actions, *named])
+        )
         actions: list[Any] = copy.deepcopy(self.required_actions)
         actions.extend(r.json for r in self.raw_actions)
         data: JSON = {

@@ -331,7 +331,7 @@ class Planner:
         if args_kind in RAW_KINDS:
             head = json.dumps(action)[:-1]
             text = f'{head}, "arguments": {raw_arguments(args_kind, token, output)}}}'
-            raw = {"json": text, "turn_id": turn, "call_id": call}
+            raw = {"json": text, "turn_id": turn, "call_id": call, "name": name}
             return PlannedCall(turn, call, token, labels, None, raw, name, True, expect, must)
         if args_kind != "missing":
             action["arguments"] = arguments(rng, args_kind, token, output)

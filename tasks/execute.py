@@ -266,6 +266,8 @@ def _authorize(
         AwaitingApproval: the call waits for a person's decision.
     """
     policy = tool.authorize or get_policy()
+    if policy is None and not tool.requires_approval:
+        return None  # the common case: nothing to decide, and no arguments dumped for it
     values = args.model_dump(mode="json", by_alias=True)
     decision = decide(policy, tool.name, values, call) if policy is not None else None
     if isinstance(decision, Deny):

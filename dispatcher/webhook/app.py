@@ -1,4 +1,4 @@
-"""The intake's ASGI app: ``POST /webhooks/openai``, ``POST /runs/watch``, health, metrics.
+"""The intake's ASGI app: the webhook, ``POST /runs/watch``, the approvals, health, metrics.
 
 A delivery is handled in this order, and each step answers for itself:
 
@@ -33,6 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from dispatcher.sources.assistants_watch import Watches
+from dispatcher.webhook.approvals import ApprovalsApi
 from dispatcher.webhook.events import Event, Kind, NotAnEvent, read_event
 from dispatcher.webhook.metrics import DELIVERIES, read_approvals
 from dispatcher.webhook.push import push
@@ -41,6 +42,7 @@ from handlers.text import shown
 from tasks import keys
 from tasks.app import app as celery_app
 from tasks.approvals import ApprovalStore
+from tasks.settings import get_settings
 
 log = logging.getLogger("toolfan.webhook")
 
@@ -193,12 +195,19 @@ class Intake:
             return  # /healthz says Redis is down; the gauges keep their last reading
         read_approvals(deadlines, time.time())
 
-    async def watch_run(self, request: Request) -> Response:
-        """``toolfan runs watch`` over HTTP: ``{"thread_id", "run_id"}``, bearer token."""
+    def operator(self, headers: Mapping[str, str]) -> Response | None:
+        """None for a request bearing the operator token; else the refusal to send."""
         if self.config.token is None:
             return JSONResponse({"error": "set TOOLFAN_INTAKE_TOKEN to enable this endpoint"}, 403)
-        if not _bearer_matches(request.headers, self.config.token):
+        if not _bearer_matches(headers, self.config.token):
             return JSONResponse({"error": "a valid bearer token is required"}, 401)
+        return None
+
+    async def watch_run(self, request: Request) -> Response:
+        """``toolfan runs watch`` over HTTP: ``{"thread_id", "run_id"}``, bearer token."""
+        refused = self.operator(request.headers)
+        if refused is not None:
+            return refused
         try:
             body = json.loads(await read_body(request, 65_536))
             pair = (body["thread_id"], body["run_id"])
@@ -222,10 +231,15 @@ def _bearer_matches(headers: Mapping[str, str], token: str) -> bool:
 def build_app(config: IntakeConfig) -> Starlette:
     """The intake's ASGI app over ``config``."""
     intake = Intake(config)
+    inbox = ApprovalsApi(config.client, get_settings().ledger_ttl, intake.operator)
     return Starlette(
         routes=[
             Route("/webhooks/openai", intake.openai, methods=["POST"]),
             Route("/runs/watch", intake.watch_run, methods=["POST"]),
+            Route("/approvals", inbox.list, methods=["GET"]),
+            Route("/approvals/{approval_id}", inbox.show, methods=["GET"]),
+            Route("/approvals/{approval_id}/approve", inbox.approve, methods=["POST"]),
+            Route("/approvals/{approval_id}/deny", inbox.deny, methods=["POST"]),
             Route("/healthz", intake.healthz, methods=["GET"]),
             Route("/metrics", intake.metrics, methods=["GET"]),
         ]

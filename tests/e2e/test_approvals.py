@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from emulator import function_call
@@ -25,6 +26,7 @@ from tasks.ledger import CallRef
 from tasks.runtime import get_ledger
 from tests.conftest import PRIVATE_QUEUE, worker_env
 from tests.e2e.harness import Seeded, batch_events, check_exactly_once, poll_loop
+from tests.e2e.test_webhook_intake import TOKEN, intake  # noqa: F401  # the fixture
 from tests.services import ROOT, Worker, wait_for
 
 pytestmark = pytest.mark.usefixtures("worker")
@@ -170,3 +172,29 @@ def test_an_undecided_call_times_out_and_the_batch_goes_out(api, redis_client):
     assert redis_client.get(f"test:runs:{key}") is None
     late = toolfan("approvals", "approve", aid)
     assert late.returncode == 2 and "timed out before this decision" in late.stderr
+
+
+def test_an_operator_decides_over_http_with_the_intake_token(intake, api, redis_client):  # noqa: F811
+    key = uuid.uuid4().hex
+    gated = function_call("erase", {"key": key}, turn_id="turn_1")
+    sid = api.create_session([gated])["id"]
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    with poll_loop():
+        aid = waiting_for(sid, gated)
+        assert httpx.get(f"{intake}/approvals", timeout=10).status_code == 401
+        listed = httpx.get(f"{intake}/approvals", headers=auth, timeout=10).json()["data"]
+        assert [a["id"] for a in listed] == [aid] and listed[0]["function"] == "erase"
+        one = httpx.get(f"{intake}/approvals/{aid}", headers=auth, timeout=10).json()
+        assert one["state"] == "pending" and json.loads(one["arguments"]) == {"key": key}
+        url = f"{intake}/approvals/{aid}"
+        no_reason = httpx.post(f"{url}/deny", headers=auth, json={}, timeout=10)
+        assert no_reason.status_code == 400
+        approved = httpx.post(f"{url}/approve", headers=auth, json={"by": "carol"}, timeout=10)
+        assert approved.json() == {"id": aid, "state": "approved", "by": "carol"}
+        again = httpx.post(f"{url}/deny", headers=auth, json={"reason": "late"}, timeout=10)
+        assert again.status_code == 409 and again.json()["error"] == "already approved (by carol)"
+        unknown = httpx.post(f"{intake}/approvals/apr_nope/approve", headers=auth, timeout=10)
+        assert unknown.status_code == 404
+        answered = batch_events(api, sid)
+    assert answered[gated["call_id"]]["output"] == "erased 1"
+    assert redis_client.get(f"test:runs:{key}") == "1"

@@ -50,7 +50,7 @@ def cmd_approvals(args: argparse.Namespace, rest: list[str]) -> int:
         approval = store.get(args.id)
         if approval is None:
             return _fail(f"no approval {args.id!r}")
-        print(json.dumps(approval.to_json(), indent=2, ensure_ascii=False))
+        print(json.dumps(approval.to_json(), indent=2))  # escaped: no control bytes
         return 0
     if args.action == "deny" and not args.reason.strip():
         return _fail("approvals deny needs --reason (the model is told it)")
@@ -61,7 +61,7 @@ def _list(store: Any, as_json: bool) -> int:
     pending = store.pending()
     if as_json:
         for approval in pending:
-            print(json.dumps(approval.to_json(), ensure_ascii=False))
+            print(json.dumps(approval.to_json()))
         return 0
     if not pending:
         print("no calls are waiting for approval")
@@ -93,8 +93,14 @@ def _decide(store: Any, args: argparse.Namespace) -> int:
 
 
 def _short(text: str, limit: int = 60) -> str:
+    """One line of at most ``limit`` characters, control characters escaped.
+
+    Arguments come from the model: an escape sequence in them must not reach the
+    operator's terminal as one.
+    """
     one_line = " ".join(str(text).split())
-    return one_line if len(one_line) <= limit else one_line[: limit - 3] + "..."
+    cut = one_line if len(one_line) <= limit else one_line[: limit - 3] + "..."
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in cut)
 
 
 def _fail(message: str) -> int:

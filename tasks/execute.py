@@ -34,6 +34,7 @@ from handlers.runner import (
     unknown_function,
     where,
 )
+from handlers.text import shown
 from handlers.tool import Tool
 from tasks import liveness, metrics
 from tasks.app import app
@@ -274,7 +275,7 @@ def _authorize(
         log.warning(
             "%s denied: %s",
             where(context),
-            decision.reason,
+            shown(decision.reason),
             extra={**context, "outcome": Outcome.DENIED.value},
         )
         return failed(Outcome.DENIED, f"Not authorized: {decision.reason}", get_limits())

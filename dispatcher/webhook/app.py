@@ -99,6 +99,7 @@ class Intake:
 
     def __init__(self, config: IntakeConfig) -> None:
         self.config = config
+        self.approvals = ApprovalStore(config.client, get_settings().ledger_ttl)
 
     async def openai(self, request: Request) -> Response:
         """One delivery from the platform (see the module docstring for the order)."""
@@ -190,10 +191,10 @@ class Intake:
 
     def _read_approvals(self) -> None:
         try:
-            deadlines = ApprovalStore(self.config.client, 0).deadlines()
+            count, nearest = self.approvals.waiting()
         except redis.RedisError:
             return  # /healthz says Redis is down; the gauges keep their last reading
-        read_approvals(deadlines, time.time())
+        read_approvals(count, nearest, time.time())
 
     def operator(self, headers: Mapping[str, str]) -> Response | None:
         """None for a request bearing the operator token; else the refusal to send."""
@@ -231,7 +232,7 @@ def _bearer_matches(headers: Mapping[str, str], token: str) -> bool:
 def build_app(config: IntakeConfig) -> Starlette:
     """The intake's ASGI app over ``config``."""
     intake = Intake(config)
-    inbox = ApprovalsApi(config.client, get_settings().ledger_ttl, intake.operator)
+    inbox = ApprovalsApi(intake.approvals, intake.operator)
     return Starlette(
         routes=[
             Route("/webhooks/openai", intake.openai, methods=["POST"]),

@@ -32,8 +32,8 @@ Check = Callable[[Mapping[str, str]], Response | None]
 class ApprovalsApi:
     """The routes, over the ledger's Redis and the intake's token check."""
 
-    def __init__(self, client: redis.Redis, ttl: int, check: Check) -> None:
-        self.store = ApprovalStore(client, ttl)
+    def __init__(self, store: ApprovalStore, check: Check) -> None:
+        self.store = store
         self.check = check
 
     async def list(self, request: Request) -> Response:

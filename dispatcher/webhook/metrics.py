@@ -34,7 +34,7 @@ APPROVAL_NEAREST = Gauge(
 )
 
 
-def read_approvals(pending: list[float], now: float) -> None:
-    """Set the approval gauges from the pending approvals' deadlines."""
-    APPROVALS_WAITING.set(len(pending))
-    APPROVAL_NEAREST.set(max(0.0, min(pending) - now) if pending else float("inf"))
+def read_approvals(count: int, nearest: float | None, now: float) -> None:
+    """Set the approval gauges: how many wait, and the nearest deadline (epoch seconds)."""
+    APPROVALS_WAITING.set(count)
+    APPROVAL_NEAREST.set(max(0.0, nearest - now) if nearest is not None else float("inf"))

@@ -20,7 +20,7 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,8 @@ from dispatcher.sources.assistants_watch import Watches
 from dispatcher.webhook.approvals import ApprovalsApi
 from dispatcher.webhook.events import Event, Kind, NotAnEvent, read_event
 from dispatcher.webhook.metrics import DELIVERIES, read_approvals
+from dispatcher.webhook.operators import Operators
+from dispatcher.webhook.page import Page, is_form, wants_html
 from dispatcher.webhook.push import push
 from dispatcher.webhook.verify import Unverified, secrets, verify
 from handlers.text import shown
@@ -229,18 +231,51 @@ def _bearer_matches(headers: Mapping[str, str], token: str) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(value.encode(), token.encode())
 
 
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _either(page: Handler, api: Handler, for_page: Callable[[Request], bool]) -> Handler:
+    """One route for the page (a browser's request) and the JSON API (everyone else's)."""
+
+    async def route(request: Request) -> Response:
+        return await (page if for_page(request) else api)(request)
+
+    return route
+
+
+def _browsing(request: Request) -> bool:
+    return wants_html(request.headers.get("accept", ""))
+
+
 def build_app(config: IntakeConfig) -> Starlette:
     """The intake's ASGI app over ``config``."""
     intake = Intake(config)
     inbox = ApprovalsApi(intake.approvals, intake.operator)
+    page = Page(intake.approvals, Operators(config.token) if config.token else None)
     return Starlette(
         routes=[
             Route("/webhooks/openai", intake.openai, methods=["POST"]),
             Route("/runs/watch", intake.watch_run, methods=["POST"]),
-            Route("/approvals", inbox.list, methods=["GET"]),
-            Route("/approvals/{approval_id}", inbox.show, methods=["GET"]),
-            Route("/approvals/{approval_id}/approve", inbox.approve, methods=["POST"]),
-            Route("/approvals/{approval_id}/deny", inbox.deny, methods=["POST"]),
+            Route("/approvals", _either(page.inbox, inbox.list, _browsing), methods=["GET"]),
+            Route("/approvals/login", page.login_form, methods=["GET"]),
+            Route("/approvals/login", page.login, methods=["POST"]),
+            Route("/approvals/login/basic", page.basic, methods=["GET"]),
+            Route("/approvals/logout", page.logout, methods=["POST"]),
+            Route(
+                "/approvals/{approval_id}",
+                _either(page.detail, inbox.show, _browsing),
+                methods=["GET"],
+            ),
+            Route(
+                "/approvals/{approval_id}/approve",
+                _either(page.approve, inbox.approve, is_form),
+                methods=["POST"],
+            ),
+            Route(
+                "/approvals/{approval_id}/deny",
+                _either(page.deny, inbox.deny, is_form),
+                methods=["POST"],
+            ),
             Route("/healthz", intake.healthz, methods=["GET"]),
             Route("/metrics", intake.metrics, methods=["GET"]),
         ]

@@ -1,6 +1,7 @@
 """``toolfan webhook``: serve the intake, and manage the platform's webhook endpoints.
 
-* ``toolfan webhook [--host 127.0.0.1] [--port 8088]`` serves the intake (uvicorn);
+* ``toolfan webhook [--host 127.0.0.1] [--port 8088] [--root-path /PREFIX]`` serves the
+  intake (uvicorn), and the approval page at ``/approvals``;
 * ``toolfan webhook register URL [--event TYPE ...] [--name NAME]`` creates the endpoint
   through the API and prints its id and signing secret, once (the API shows it only then);
 * ``toolfan webhook list`` and ``toolfan webhook delete ID``.
@@ -25,9 +26,10 @@ def add_webhook(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "webhook",
         help="serve the signed webhook intake, or register/list/delete the API's endpoints",
         description="'toolfan webhook' serves POST /webhooks/openai (signed with "
-        "OPENAI_WEBHOOK_SECRET), POST /runs/watch, GET /healthz and GET /metrics; put it "
-        "behind TLS. 'register URL' creates the endpoint and prints its signing secret once; "
-        "'list' and 'delete ID' complete it.",
+        "OPENAI_WEBHOOK_SECRET), POST /runs/watch, the approvals (a page for browsers at "
+        "/approvals, JSON for others), GET /healthz and GET /metrics; put it behind TLS. "
+        "'register URL' creates the endpoint and prints its signing secret once; 'list' and "
+        "'delete ID' complete it.",
     )
     p.add_argument(
         "action", nargs="?", default="serve", choices=["serve", "register", "list", "delete"]
@@ -37,6 +39,12 @@ def add_webhook(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8088)
+    p.add_argument(
+        "--root-path",
+        default="",
+        metavar="PREFIX",
+        help="the path prefix a reverse proxy serves the intake under (the page's links)",
+    )
     p.add_argument("--event", action="append", dest="events", metavar="TYPE", help="repeatable")
     p.add_argument("--name", default="toolfan")
     p.set_defaults(command=cmd_webhook, passthrough=False)
@@ -45,7 +53,7 @@ def add_webhook(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 def cmd_webhook(args: argparse.Namespace, rest: list[str]) -> int:
     """Run the chosen action."""
     if args.action == "serve":
-        return _serve(args.host, args.port)
+        return _serve(args.host, args.port, args.root_path)
     import openai
 
     try:
@@ -70,7 +78,7 @@ def _manage(args: argparse.Namespace) -> int:
     return _delete(args.target)
 
 
-def _serve(host: str, port: int) -> int:
+def _serve(host: str, port: int, root_path: str = "") -> int:
     import logging
 
     import uvicorn
@@ -94,7 +102,16 @@ def _serve(host: str, port: int) -> int:
         )
     warm_intake(config.client.ping)
     print(f"webhook intake listening on http://{host}:{port}/webhooks/openai", flush=True)
-    uvicorn.run(build_app(config), host=host, port=port, log_level="warning", access_log=False)
+    if config.token:
+        print(f"approval page on http://{host}:{port}/approvals", flush=True)
+    uvicorn.run(
+        build_app(config),
+        host=host,
+        port=port,
+        root_path=root_path,
+        log_level="warning",
+        access_log=False,
+    )
     return 0
 
 

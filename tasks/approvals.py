@@ -171,7 +171,7 @@ if tonumber(ARGV[4]) >= tonumber(redis.call('HGET', KEYS[1], 'deadline')) then
   if ARGV[1] == 'timed_out' then return {'decided', 'toolfan'} end
   return {'timed_out', 'toolfan'}
 end
-if ARGV[1] == 'timed_out' then return {'pending', ''} end
+if ARGV[1] == 'timed_out' and ARGV[5] ~= 'withdraw' then return {'pending', ''} end
 redis.call('HSET', KEYS[1], 'state', ARGV[1], 'by', ARGV[2], 'decision_reason', ARGV[3],
            'decided_at', ARGV[4])
 redis.call('ZREM', KEYS[2], id)
@@ -257,9 +257,17 @@ class ApprovalStore:
         count, first = pipe.execute()
         return int(count), (float(first[0][1]) if first else None)
 
-    def decide(self, aid: str, decision: State, by: str, reason: str = "") -> Decided:
-        """Approve or deny ``aid`` (or time it out: ``State.TIMED_OUT``), once, atomically."""
-        args = [decision.value, clip(by, MAX_NAME), clip(reason, MAX_REASON), repr(time.time())]
+    def decide(
+        self, aid: str, decision: State, by: str, reason: str = "", *, withdraw: bool = False
+    ) -> Decided:
+        """Approve or deny ``aid`` (or time it out: ``State.TIMED_OUT``), once, atomically.
+
+        A time-out takes effect only past the deadline, unless ``withdraw``: the batch's
+        caller stopped waiting (an application's ``timeout``), so nobody should decide.
+        """
+        now = repr(time.time())
+        args = [decision.value, clip(by, MAX_NAME), clip(reason, MAX_REASON), now]
+        args.append("withdraw" if withdraw else "")
         outcome, who = cast(
             "list[Any]",
             self._decide(keys=[keys.approval(aid), keys.approvals_pending()], args=args),

@@ -25,6 +25,7 @@ from dispatcher.sources.inline_calls import Api, InlineCall
 from dispatcher.waiting import await_element, wait_element
 from handlers.result import CallResult, Outcome
 from tasks import keys
+from tasks.approvals import ApprovalStore, State, approval_id
 from tasks.dispatch import Batch, DispatchCounts, Dispatcher, PendingCall
 from tasks.execute import result_payload
 from tasks.ledger import CallRef, Ledger
@@ -148,9 +149,18 @@ class InlineRunner:
             )
             saved = self.ledger.finish(batch.ref(call), error)
             results.append(result_payload(batch.ref(call), call.name, saved))
+        self._withdraw_approvals(batch, seconds)
         SOURCE.deliver(batch.batch_id, results)
         answer = self.answered(batch)
         return answer if answer is not None else {r["call_id"]: r for r in results}
+
+    def _withdraw_approvals(self, batch: InlineBatch, seconds: float) -> None:
+        """Close the batch's undecided approvals: nobody waits for their answer any more."""
+        store = ApprovalStore(self.ledger.client, self.ledger.ttl)
+        why = f"the caller stopped waiting after {seconds:g} s"
+        for call in batch.calls:
+            aid = approval_id(NAME, batch.batch_id, batch.api.value, call.call_id)
+            store.decide(aid, State.TIMED_OUT, "toolfan", why, withdraw=True)
 
     # -- the whole -----------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -47,6 +48,12 @@ def pending_ids() -> list[str]:
     listed = toolfan("approvals", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     return [json.loads(line)["id"] for line in listed.stdout.splitlines()]
+
+
+def asked(call_id: str) -> list[dict]:
+    """The pending approvals of calls called ``call_id``."""
+    listed = toolfan("approvals", "list", "--json").stdout.splitlines()
+    return [a for a in map(json.loads, listed) if a["call_id"] == call_id]
 
 
 def waiting_for(sid: str, action: dict) -> str:
@@ -198,3 +205,60 @@ def test_an_operator_decides_over_http_with_the_intake_token(intake, api, redis_
         answered = batch_events(api, sid)
     assert answered[gated["call_id"]]["output"] == "erased 1"
     assert redis_client.get(f"test:runs:{key}") == "1"
+
+
+def test_an_application_s_inline_call_waits_for_the_person_too(redis_client):
+    import toolfan as public
+
+    key = uuid.uuid4().hex
+    calls = [
+        {"id": "call_gate", "type": "function", "function": {"name": "erase", "arguments": ""}},
+        {"id": "call_add", "type": "function", "function": {"name": "add", "arguments": ""}},
+    ]
+    calls[0]["function"]["arguments"] = json.dumps({"key": key})
+    calls[1]["function"]["arguments"] = json.dumps({"a": 4, "b": 5})
+    answered: list[list[dict]] = []
+    caller = threading.Thread(
+        target=lambda: answered.append(public.run_tool_calls(calls, timeout=90)), daemon=True
+    )
+    caller.start()
+
+    wait_for(lambda: asked("call_gate"), 60, "the inline call's approval request")
+    (approval,) = asked("call_gate")
+    assert approval["source"] == "inline" and redis_client.get(f"test:runs:{key}") is None
+    assert caller.is_alive()  # the application waits for the person, not for a timeout
+    assert toolfan("approvals", "approve", approval["id"], "--by", "frank").returncode == 0
+    caller.join(60)
+    (messages,) = answered
+    assert [m["content"] for m in messages] == ["erased 1", "9"]
+    assert redis_client.get(f"test:runs:{key}") == "1"
+
+
+def test_an_inline_caller_that_stops_waiting_closes_its_approval(redis_client):
+    import toolfan as public
+
+    key = uuid.uuid4().hex
+    call = {
+        "id": "call_gone",
+        "type": "function",
+        "function": {"name": "erase", "arguments": json.dumps({"key": key})},
+    }
+    done: list[list[dict]] = []
+    caller = threading.Thread(
+        target=lambda: done.append(public.run_tool_calls([call], timeout=8)), daemon=True
+    )
+    caller.start()
+
+    wait_for(lambda: asked("call_gone"), 30, "the inline call's approval request")
+    (approval,) = asked("call_gone")
+    caller.join(30)
+    assert "did not finish within the 8 s" in done[0][0]["content"]
+    closed = json.loads(toolfan("approvals", "show", approval["id"]).stdout)
+    assert (closed["state"], closed["decision_reason"]) == (
+        "timed_out",
+        "the caller stopped waiting after 8 s",
+    )
+    late = toolfan("approvals", "approve", approval["id"])
+    assert late.returncode == 2 and "timed out before this decision" in late.stderr
+    time.sleep(3)  # the parked task's next look finds the call answered: it never runs
+    assert redis_client.get(f"test:runs:{key}") is None

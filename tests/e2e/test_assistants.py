@@ -229,3 +229,54 @@ def test_a_run_s_tool_is_told_its_thread_run_assistant_metadata_and_deadline(sta
     assert seen["idempotency_key"] == idempotency_key(
         "assistants", bid, seen["turn_id"], "call_ctx"
     )
+
+
+def _approval_of(stack: RunsStack, call_id: str) -> dict:
+    def asked() -> dict | None:
+        listed = toolfan(stack, "approvals", "list", "--json")
+        found = [json.loads(line) for line in listed.stdout.splitlines()]
+        return next((a for a in found if a["call_id"] == call_id), None)
+
+    wait_for(lambda: asked() is not None, 60, "the approval request")
+    approval = asked()
+    assert approval is not None
+    return approval
+
+
+def test_a_run_s_gated_call_waits_for_a_person_then_runs_once(stack, state):
+    key = uuid.uuid4().hex
+    gated = call("erase", {"key": key}, "call_gated")
+    plain = call("add", {"a": 1, "b": 2}, "call_plain")
+    run = state.create_run([[gated, plain]])
+    watch(stack, run)
+    approval = _approval_of(stack, "call_gated")
+    assert approval["source"] == "assistants"
+    assert approval["batch_id"] == batch_id(run["thread_id"], run["id"])
+    time.sleep(3)  # a look or two at the approval: nothing runs, nothing is submitted
+    assert stack.redis().get(f"test:runs:{key}") is None
+    assert state.submits(run["thread_id"], run["id"]) == []
+    approved = toolfan(stack, "approvals", "approve", approval["id"], "--by", "alice")
+    assert approved.returncode == 0, approved.stderr
+    assert finished(state, run)["status"] == "completed"
+    assert outputs(state, run) == [[("call_gated", "erased 1"), ("call_plain", "3")]]
+    assert stack.redis().get(f"test:runs:{key}") == "1"
+
+
+def test_an_undecided_call_is_answered_before_its_run_expires(stack, state):
+    # The default approval timeout (600 s) is far past this run's expires_at (30 s after
+    # it was made): the deadline is expires_at less TOOLFAN_EXPIRY_MARGIN (15 s).
+    key = uuid.uuid4().hex
+    gated = call("erase", {"key": key}, "call_wait")
+    run = state.create_run([[gated]], expires_in=30)
+    watch(stack, run)
+    approval = _approval_of(stack, "call_wait")
+    assert approval["deadline"] == pytest.approx(run["expires_at"] - 15, abs=0.01)
+    wait_for(lambda: state.submits(run["thread_id"], run["id"]), 40, "the timed-out answer", 0.2)
+    (submit,) = state.submits(run["thread_id"], run["id"])
+    assert submit["received_at"] < run["expires_at"]
+    (output,) = submit["tool_outputs"]
+    error = json.loads(output["output"])["error"]
+    assert error.startswith("Approval timed out after ") and error.endswith(" s")
+    assert stack.redis().get(f"test:runs:{key}") is None
+    late = toolfan(stack, "approvals", "approve", approval["id"])
+    assert late.returncode == 2 and "timed out before this decision" in late.stderr

@@ -38,8 +38,8 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# Tests use the Redis at TOOLFAN_REDIS_URL (default redis://localhost:6379/0) when it
-# answers, else start a private redis-server on a free port (see tests/conftest.py). The
+# Tests start a private redis-server on a free port (see tests/conftest.py) and never
+# touch another Redis, unless TOOLFAN_TEST_REDIS_URL names one for them to flush. The
 # end-to-end suite runs again with RabbitMQ as the broker (skipped when none answers on
 # 127.0.0.1:5672, unless CI is set).
 test: lint typecheck

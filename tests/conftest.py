@@ -1,4 +1,4 @@
-"""Test set-up: a real Redis (started privately when none answers) and real workers.
+"""Test set-up: a real Redis (a private one unless TOOLFAN_TEST_REDIS_URL names one), real workers.
 
 The environment is fixed in ``pytest_configure``, before any toolfan module is imported,
 because every toolfan process reads its settings from the environment once. Tests use two
@@ -21,7 +21,7 @@ import redis
 from hypothesis import settings as hypothesis_settings
 from kombu import Connection
 
-from dispatcher.devstack import redis_base_url
+from dispatcher.devstack import private_redis, redis_answers
 from emulator import EmulatorServer, EmulatorState, running_emulator
 from emulator.testing import TEST_API_KEY
 from tests.services import ROOT, Worker
@@ -76,9 +76,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
+def _test_redis() -> str:
+    """The base URL of the Redis the suite may flush: its own, or the one it is given.
+
+    A developer's Redis (or CI's shared one) is never flushed by accident: unless
+    ``TOOLFAN_TEST_REDIS_URL`` names a server for the suite, it starts a private
+    ``redis-server`` for the session, and every stack inside it (runs, chaos, fuzz,
+    the quick bench) uses that one's databases.
+    """
+    named = os.environ.get("TOOLFAN_TEST_REDIS_URL")
+    if not named:
+        return _stack.enter_context(private_redis())
+    if not redis_answers(named):
+        pytest.exit(f"TOOLFAN_TEST_REDIS_URL={named} does not answer", returncode=1)
+    return named.rsplit("/", 1)[0] if named.count("/") > 2 else named
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    url = os.environ.get("TOOLFAN_REDIS_URL", "redis://localhost:6379/0")
-    base = _stack.enter_context(redis_base_url(url))
+    base = _test_redis()
     tmp = Path(_stack.enter_context(tempfile.TemporaryDirectory(prefix="toolfan-tests-")))
     os.environ.update(
         TOOLFAN_REDIS_URL=f"{base}/15",

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install demo bench test lint typecheck format clean
+.PHONY: install demo bench test test-fast lint typecheck format clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,11 @@ format: install
 test: lint typecheck
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	$(BIN)/python -m pytest --broker=rabbitmq tests/e2e $(PYTEST_ARGS)
+
+# The unit tests and the quick end-to-end ones (under a minute): for the edit-run loop.
+# `make test` runs everything, as CI does.
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

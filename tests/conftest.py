@@ -70,7 +70,17 @@ def _broker_url(config: pytest.Config, redis_base: str) -> str:
     return url
 
 
+#: Directories whose tests start stacks of their own or run for long: ``slow`` unless a
+#: module there is marked ``quick`` (``make test-fast`` runs what is not ``slow``).
+SLOW_DIRS = frozenset({"bench", "chaos", "e2e", "faults", "fuzz", "ops"})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests = Path(__file__).parent
+    for item in items:
+        parts = item.path.relative_to(tests).parts if item.path.is_relative_to(tests) else ()
+        if parts and parts[0] in SLOW_DIRS and item.get_closest_marker("quick") is None:
+            item.add_marker(pytest.mark.slow)
     for reason in _RABBITMQ_MISSING:
         for item in items:
             item.add_marker(pytest.mark.skip(reason=reason))

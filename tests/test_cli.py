@@ -3,8 +3,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import handlers
 from tests.services import ROOT
+
+pytestmark = pytest.mark.slow  # over 5 s: make test-fast leaves it out
 
 
 def toolfan(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

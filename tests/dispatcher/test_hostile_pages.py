@@ -21,6 +21,8 @@ from dispatcher.models import (
 )
 from handlers import jsonsafe
 
+pytestmark = pytest.mark.slow  # over 5 s: make test-fast leaves it out
+
 ANY_TEXT = st.text(st.characters(codec=None, min_codepoint=0, max_codepoint=0x10FFFF))
 SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | ANY_TEXT
 JSON_VALUES = st.recursive(

@@ -11,7 +11,7 @@ from emulator import function_call
 from emulator.wire import function_tool
 from tests.e2e.harness import Seeded, batch_events, check_exactly_once, poll_loop
 
-pytestmark = pytest.mark.usefixtures("worker")
+pytestmark = [pytest.mark.usefixtures("worker"), pytest.mark.quick]
 
 
 def test_a_tool_s_policy_denies_outside_an_admin_session_and_it_never_runs(api, redis_client):

@@ -17,7 +17,7 @@ from emulator import function_call
 from tests.e2e.harness import poll_loop
 from tests.services import wait_for
 
-pytestmark = pytest.mark.usefixtures("worker")
+pytestmark = [pytest.mark.usefixtures("worker"), pytest.mark.quick]
 
 
 def answer(api, sid: str, timeout: float = 30) -> dict[str, dict]:

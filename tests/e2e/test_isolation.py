@@ -15,7 +15,7 @@ from tasks.runtime import get_ledger
 from tests.e2e.harness import poll_loop
 from tests.services import wait_for
 
-pytestmark = pytest.mark.usefixtures("worker")
+pytestmark = [pytest.mark.usefixtures("worker"), pytest.mark.quick]
 
 
 def test_an_empty_text_part_no_longer_costs_the_batch(api):

@@ -17,6 +17,8 @@ from emulator.webhooks import WebhookFaults, WebhookState
 from emulator.webhooks.signing import new_secret
 from emulator.webhooks.testing import Push, WebhookReceiver, running_receiver
 
+pytestmark = pytest.mark.slow  # over 5 s: make test-fast leaves it out
+
 VERIFIER = OpenAI(api_key="unused")
 
 

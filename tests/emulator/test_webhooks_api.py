@@ -18,6 +18,8 @@ from emulator import EmulatorServer, function_call
 from emulator.testing import TEST_API_KEY
 from emulator.webhooks.testing import Push, WebhookReceiver, running_receiver
 
+pytestmark = pytest.mark.slow  # about 5 s of real servers: make test-fast leaves it out
+
 ACTION: Final = "agent.session.action_required"
 VERIFIER = OpenAI(api_key="unused")
 

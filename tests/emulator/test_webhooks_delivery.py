@@ -29,6 +29,8 @@ from emulator.testing import wait_until
 from emulator.webhooks import WebhookState
 from emulator.webhooks.testing import Push, WebhookReceiver, running_receiver
 
+pytestmark = pytest.mark.slow  # over 5 s: make test-fast leaves it out
+
 VERIFIER = OpenAI(api_key="unused")
 
 

@@ -16,6 +16,8 @@ from emulator.webhooks import WebhookFaults
 from emulator.webhooks.testing import Push, WebhookReceiver, running_receiver
 from tests.emulator.conftest import RESULT
 
+pytestmark = pytest.mark.slow  # over 5 s: make test-fast leaves it out
+
 VERIFIER = OpenAI(api_key="unused")
 
 

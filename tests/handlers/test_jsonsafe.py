@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from handlers.jsonsafe import Unreadable, check, loads
 
+pytestmark = pytest.mark.slow  # over 5 s: make test-fast leaves it out
+
 DIGITS = sys.get_int_max_str_digits()
 ROOT = Path(__file__).resolve().parents[2]
 LONGEST = 10**DIGITS - 1  # the longest integer json can still convert

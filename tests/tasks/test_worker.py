@@ -14,7 +14,7 @@ from tests.calls import agents_call
 from tests.services import wait_for
 from tests.tools import collect
 
-pytestmark = pytest.mark.usefixtures("worker")
+pytestmark = [pytest.mark.usefixtures("worker"), pytest.mark.slow]
 
 
 def new_session() -> str:

@@ -55,6 +55,7 @@ def browser() -> Iterator[object]:
 
 def sign_in(driver, intake: str, name: str) -> None:  # noqa: F811
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     driver.delete_all_cookies()
     driver.get(f"{intake}/approvals")
@@ -62,7 +63,17 @@ def sign_in(driver, intake: str, name: str) -> None:  # noqa: F811
     driver.find_element(By.NAME, "name").send_keys(name)
     driver.find_element(By.NAME, "token").send_keys(TOKEN)
     driver.find_element(By.CSS_SELECTOR, "form.login button").click()
-    assert f"Signed in as {name}" in driver.find_element(By.TAG_NAME, "header").text
+    # The click returns before the next page may have loaded: wait for it.
+    WebDriverWait(driver, 30).until(lambda d: f"Signed in as {name}" in d.page_source)
+
+
+def notice_after(driver) -> str:
+    """The notice of the page a decision led to, once it has loaded."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".notice"))
+    return str(driver.find_element(By.CSS_SELECTOR, ".notice").text)
 
 
 def row_of(driver, aid: str):
@@ -98,7 +109,7 @@ def test_an_operator_approves_on_the_page_and_the_call_runs_once(
             browser.set_window_size(1500, 900)
         assert redis_client.get(f"test:runs:{key}") is None  # nothing ran before the decision
         row.find_element(By.CSS_SELECTOR, "button.approve").click()
-        notice = browser.find_element(By.CSS_SELECTOR, ".notice").text
+        notice = notice_after(browser)
         assert notice == f"erase ({aid}): approved by alice."
         answered = batch_events(api, sid)
     assert answered[gated["call_id"]]["output"] == "erased 1"
@@ -125,7 +136,7 @@ def test_an_operator_denies_on_the_page_with_a_reason(intake, browser, api, redi
             "not without a ticket"
         )
         row.find_element(By.CSS_SELECTOR, "button.deny").click()
-        notice = browser.find_element(By.CSS_SELECTOR, ".notice").text
+        notice = notice_after(browser)
         assert notice == f"erase ({aid}): denied by dana."
         answered = batch_events(api, sid)
     assert answered[gated["call_id"]]["error"] == "Denied by dana: not without a ticket"

@@ -3,8 +3,9 @@
 The environment is fixed in ``pytest_configure``, before any toolfan module is imported,
 because every toolfan process reads its settings from the environment once. Tests use two
 databases of that Redis: 14 for the broker, 15 for results and the ledger (flushed per
-test); a few tests run their own stacks on databases 8 to 13. ``--broker=rabbitmq`` puts
-the test workers' messages on RabbitMQ (``TOOLFAN_TEST_AMQP_URL``) instead of database 14.
+test); stacks of their own use others (the README's table lists every number).
+``--broker=rabbitmq`` puts the test workers' messages on RabbitMQ
+(``TOOLFAN_TEST_AMQP_URL``) instead of database 14.
 """
 
 from __future__ import annotations

@@ -56,7 +56,8 @@ header{display:flex;gap:1em;align-items:center;padding:.8em 1.5em;background:#1d
 header h1{font-size:1.1em;margin:0;flex:1}header a{color:#cfe0ff}
 header form{margin:0}main{padding:1em 1.5em}
 table{border-collapse:collapse;width:100%;background:#fff}
-th,td{border-bottom:1px solid #dde1e7;padding:.5em;text-align:left;vertical-align:top}
+th,td{border-bottom:1px solid #dde1e7;padding:.5em;text-align:left;vertical-align:top;
+overflow-wrap:anywhere}
 th{font-size:.85em;color:#5b6573}pre{margin:0;max-width:40em;overflow:auto;
 white-space:pre-wrap;word-break:break-all;font-size:.85em}
 .small{font-size:.8em;color:#5b6573;word-break:break-all}.close{color:#b3261e;font-weight:600}

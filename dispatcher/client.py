@@ -24,7 +24,7 @@ from typing import Any, Literal
 import httpx
 
 from dispatcher.errors import AuthenticationError, BadRequestError, EndpointError
-from dispatcher.listing import ListBudget, Listing
+from dispatcher.listing import Glance, ListBudget, Listing
 from dispatcher.models import BadSession, Session, addressable, parse_session, url_form
 from dispatcher.retry import RetryPolicy
 from dispatcher.transport import DEFAULT_LIMITS, DEFAULT_TIMEOUT, Transport, query_string
@@ -149,6 +149,7 @@ class AgentsClient:
         order: Literal["asc", "desc"] = "asc",
         after: str | None = None,
         budget: ListBudget | None = None,
+        glance: Glance | None = None,
     ) -> Listing:
         """Every session matching the filters, across all pages, fetched lazily.
 
@@ -157,6 +158,7 @@ class AgentsClient:
         listing yields a :class:`BadSession` for an entry it cannot read, and ends early,
         saying why in :attr:`Listing.cut`, when the API repeats a cursor or the budget
         (pages, seconds, a stop request) runs out: a hostile answer cannot hang a pass.
+        A ``glance`` may stand in for the full read of the entries it recognizes.
         """
         if not 1 <= limit <= 100:
             raise ValueError("limit must be between 1 and 100")
@@ -164,7 +166,7 @@ class AgentsClient:
         if agent_id is not None:
             params.append(("agent_id", agent_id))
         params += [(f"metadata[{k}]", v) for k, v in (metadata or {}).items()]
-        return Listing(self._page, params, budget or ListBudget(), after, addressable)
+        return Listing(self._page, params, budget or ListBudget(), after, addressable, glance)
 
     def iter_sessions(
         self,
@@ -178,7 +180,7 @@ class AgentsClient:
         for item in self.list_sessions(agent_id, metadata, limit, order=order):
             if isinstance(item, Session):
                 yield item
-            else:
+            elif isinstance(item, BadSession):  # no glance here: nothing else comes
                 self.malformed_sessions += 1
                 logger.warning(
                     "skipping malformed session %r from %s: %s",

@@ -14,9 +14,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from dispatcher.models import BadSession, Session, parse_session
+from dispatcher.models import BadSession, Glanced, Session, parse_session
 
 Fetch = Callable[[list[tuple[str, str]]], tuple[list[Any], bool]]
+#: Reads a listed entry's ids only, when that may be enough (see :class:`Glanced`).
+Glance = Callable[[Any], Glanced | None]
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,9 @@ class ListBudget:
 class Listing:
     """The entries of a session list, each a :class:`Session` or a :class:`BadSession`.
 
+    With a ``glance``, an entry it recognizes comes as its :class:`Glanced` ids instead,
+    to be read in full only if the caller needs it.
+
     Attributes:
         cut: Why the listing ended before the API's last page, or None.
         last_id: The id of the last entry read, to resume from after a cut.
@@ -50,8 +55,10 @@ class Listing:
         budget: ListBudget,
         after: str | None,
         sendable: Callable[[str], bool] = lambda cursor: True,
+        glance: Glance | None = None,
     ) -> None:
         self._fetch = fetch
+        self._glance = glance
         self._sendable = sendable
         self._params = params
         self._budget = budget
@@ -60,7 +67,7 @@ class Listing:
         self.last_id: str | None = after
         self.pages = 0
 
-    def __iter__(self) -> Iterator[Session | BadSession]:
+    def __iter__(self) -> Iterator[Session | BadSession | Glanced]:
         started = time.monotonic()
         sent: set[str | None] = set()
         while True:
@@ -72,7 +79,7 @@ class Listing:
                 self._params + ([("after", self._after)] if self._after else [])
             )
             self.pages += 1
-            yield from (parse_session(raw) for raw in data)
+            yield from (self._read(raw) for raw in data)
             if not has_more or not data:
                 return
             following = self._cursor(data, sent)
@@ -83,6 +90,10 @@ class Listing:
                 self.cut = f"the API repeated the cursor {following[:100]!r}"
                 return
             self._after = self.last_id = following
+
+    def _read(self, raw: Any) -> Session | BadSession | Glanced:
+        glanced = self._glance(raw) if self._glance is not None else None
+        return glanced if glanced is not None else parse_session(raw)
 
     def _cursor(self, data: list[Any], sent: set[str | None]) -> str | None:
         """The id to continue after: the last entry's, else the last one a URL can carry.

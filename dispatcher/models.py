@@ -147,6 +147,44 @@ class BadSession:
     problem: str
 
 
+@dataclass(frozen=True)
+class Glanced:
+    """A listed session read only as far as its id and its calls' ids.
+
+    A busy poller meets the sessions it dispatched itself again on every pass until their
+    answers land; reading those ids is enough to see that nothing changed, so the full
+    read (validation, argument limits) waits until the claim check says it is needed.
+    """
+
+    id: str
+    calls: tuple[tuple[str, str], ...]
+    raw: dict[str, Any]
+
+
+def glance(raw: Any) -> Glanced | None:
+    """The ids of a listed session whose every required action is a well-formed call.
+
+    None for anything else (no usable id, another action type, a malformed or repeated
+    call, no calls at all): such a session is read in full, as before.
+    """
+    if not isinstance(raw, dict):
+        return None
+    ident, actions = raw.get("id"), raw.get("required_actions")
+    if not isinstance(ident, str) or not ident or not isinstance(actions, list) or not actions:
+        return None
+    calls = []
+    for action in actions:
+        if not isinstance(action, dict) or action.get("type") != "function_call":
+            return None
+        turn, call = action.get("turn_id"), action.get("call_id")
+        if not isinstance(turn, str) or not isinstance(call, str) or not turn or not call:
+            return None
+        calls.append((turn, call))
+    if len(set(calls)) != len(calls):
+        return None
+    return Glanced(ident, tuple(calls), raw)
+
+
 #: Session ids no URL path can carry: a path segment "." or ".." is normalized away.
 _DOT_SEGMENTS = frozenset({".", ".."})
 #: Characters an id may take once percent-encoded in a URL: httpx (and with it the official

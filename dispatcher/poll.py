@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
 from typing import Any
@@ -19,7 +19,7 @@ from typing import Any
 from dispatcher.client import AgentsClient
 from dispatcher.declared import declared_functions
 from dispatcher.listing import ListBudget
-from dispatcher.models import BadSession, FunctionCall, Session
+from dispatcher.models import BadSession, FunctionCall, Glanced, Session, glance, parse_session
 from dispatcher.once import OnceLog
 from dispatcher.sources.agents import SOURCE, get_client
 from handlers import jsonsafe
@@ -130,6 +130,7 @@ class Poller:
                 self.settings.poll_max_seconds,
                 self.stop.is_set if self.stop is not None else None,
             ),
+            glance=self._glance,
         )
         for page in _pages(listing, PAGE):
             summary.sessions_seen += len(page)
@@ -156,8 +157,34 @@ class Poller:
             "; the next pass continues from there" if budget_ran_out else "",
         )
 
+    def _glance(self, raw: Any) -> Glanced | None:
+        """The ids alone of a listed session this process dispatched (else a full read)."""
+        if not isinstance(raw, dict) or not self.dispatcher.remembers(raw.get("id")):
+            return None
+        return glance(raw)
+
+    def _still_to_read(
+        self, page: Sequence[Session | BadSession | Glanced], summary: PollSummary
+    ) -> list[Session | BadSession]:
+        """The page without the glanced sessions still in flight under our own claim.
+
+        Those count as pending and skipped; any other glanced one is read in full now.
+        """
+        glanced = [s for s in page if isinstance(s, Glanced)]
+        if not glanced:
+            return [s for s in page if not isinstance(s, Glanced)]
+        counts = DispatchCounts()
+        ours = self.dispatcher.own_in_flight([(g.id, g.calls) for g in glanced], counts)
+        summary.add(counts)
+        summary.sessions_pending += len(ours)
+        return [
+            parse_session(s.raw) if isinstance(s, Glanced) else s
+            for s in page
+            if not (isinstance(s, Glanced) and s.id in ours)
+        ]
+
     def dispatch_sessions(
-        self, page: list[Session | BadSession], summary: PollSummary | None = None
+        self, page: Sequence[Session | BadSession | Glanced], summary: PollSummary | None = None
     ) -> PollSummary:
         """Handle up to a page of sessions with one ledger round trip for all of them.
 
@@ -166,7 +193,7 @@ class Poller:
         """
         summary = summary if summary is not None else PollSummary()
         waiting = []
-        for session in page:
+        for session in self._still_to_read(page, summary):
             if isinstance(session, BadSession):
                 self._bad_session(session, summary)
                 continue
@@ -225,10 +252,10 @@ class Poller:
 
 
 def _pages(
-    sessions: Iterable[Session | BadSession], size: int
-) -> Iterator[list[Session | BadSession]]:
+    sessions: Iterable[Session | BadSession | Glanced], size: int
+) -> Iterator[list[Session | BadSession | Glanced]]:
     """Group sessions as the API lists them, so the ledger is read once per page."""
-    page: list[Session | BadSession] = []
+    page: list[Session | BadSession | Glanced] = []
     for session in sessions:
         page.append(session)
         if len(page) == size:

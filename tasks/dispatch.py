@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from celery import chord
-from celery.result import AsyncResult, GroupResult
 
 from handlers.result import CallResult, Outcome
 from handlers.text import shown
@@ -203,23 +202,34 @@ class Dispatcher:
         return f"{self.noun}_id={shown(batch_id)}"
 
     def _skip_own_in_flight(self, waiting: list[Batch], counts: DispatchCounts) -> list[Batch]:
-        """Drop the batches this process dispatched whose claim is still its own.
+        """Drop the batches this process dispatched whose claim is still its own."""
+        ours = self.own_in_flight(
+            [(b.batch_id, [(c.turn_id, c.call_id) for c in b.calls]) for b in waiting], counts
+        )
+        return [b for b in waiting if b.batch_id not in ours]
 
-        One GET per such batch replaces reading its dispatch and every call's state.
+    def remembers(self, batch_id: object) -> bool:
+        """Whether this process dispatched the batch and may find it still in flight."""
+        return isinstance(batch_id, str) and self.memo.knows(batch_id)
+
+    def own_in_flight(
+        self, batches: Sequence[tuple[str, Sequence[tuple[str, str]]]], counts: DispatchCounts
+    ) -> set[str]:
+        """The batches (id, call ids) still in flight under this process's own claim.
+
+        One GET per remembered batch replaces reading its dispatch and every call's state;
+        each one found is counted as skipped.
         """
-        known = set(self.memo.candidates(b.batch_id for b in waiting))
+        known = set(self.memo.candidates(bid for bid, _ in batches))
         if not known:
-            return waiting
+            return set()
         owners = dict(zip(known, self.ledger.claim_owners(list(known)), strict=True))
-        rest = []
-        for batch in waiting:
-            ids = [(c.turn_id, c.call_id) for c in batch.calls]
-            bid = batch.batch_id
-            if bid in known and self.memo.in_flight(bid, owners[bid], ids):
-                counts.skipped_in_flight += len(batch.calls)
-            else:
-                rest.append(batch)
-        return rest
+        ours = set()
+        for bid, calls in batches:
+            if bid in known and self.memo.in_flight(bid, owners[bid], calls):
+                counts.skipped_in_flight += len(calls)
+                ours.add(bid)
+        return ours
 
     def _batch(self, batch: Batch, view: BatchView, counts: DispatchCounts) -> None:
         pending = [
@@ -426,9 +436,11 @@ class Dispatcher:
             header = [
                 call_signature(self._envelope(batch, c, dispatch)).set(**UNSTORED) for c in to_run
             ]
-            _stop_listening(chord(header)(body))
+            _never_wait(app.backend)
+            chord(header)(body)
         else:
-            _stop_listening(body.apply_async(args=([],)))
+            _never_wait(app.backend)
+            body.apply_async(args=([],))
         sent = [(turn_id, call_id) for turn_id, call_id in calls]
         self.memo.remember(bid, dispatch.token, sent, self._recheck_at(dispatch))
         counts.dispatched += 1
@@ -477,19 +489,25 @@ def _ref(batch_id: str, call: PendingCall) -> CallRef:
     return CallRef(batch_id, call.turn_id, call.call_id)
 
 
-def _stop_listening(result: AsyncResult[Any]) -> None:
-    """Drop the result subscriptions Celery opened while sending; a dispatcher never waits.
+def _never_wait(backend: Any) -> None:
+    """Keep this process's result backend from subscribing to what it sends.
 
-    Celery's Redis backend subscribes to each sent task's result channel (and a group's
-    barrier to each member's) in the sending process. A poller never reads them, so
-    without this a long-running poller would hold one pub/sub channel per dispatched call.
+    Celery's Redis backend subscribes to a sent task's result channel, and a chord's group
+    result to each member's, so that the sender could wait for them. No toolfan process
+    ever does (the ledger holds every result and the chord hands them to ``submit``), so
+    each subscription was a SUBSCRIBE sent and, to leave no channel behind, an UNSUBSCRIBE
+    after it: two commands per call for nothing. The backend object is this thread's.
     """
-    consumer = getattr(app.backend, "result_consumer", None)
-    if consumer is None:  # a backend without pub/sub keeps no subscriptions
+    if getattr(backend, "_toolfan_never_waits", False):
         return
-    parent = result.parent
-    members: list[AsyncResult[Any]] = (
-        list(parent.results or []) if isinstance(parent, GroupResult) else []
-    )
-    for sent in [*members, result]:
-        consumer.cancel_for(sent.id)
+    backend.add_pending_result = _not_pending
+    backend.on_task_call = _no_subscription
+    backend._toolfan_never_waits = True
+
+
+def _not_pending(result: Any, weak: bool = False, start_drainer: bool = True) -> Any:
+    return result
+
+
+def _no_subscription(producer: Any, task_id: str) -> None:
+    return None

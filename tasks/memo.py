@@ -52,6 +52,11 @@ class DispatchMemo:
         for batch_id in [s for s, e in self._entries.items() if now >= e.until]:
             del self._entries[batch_id]
 
+    def knows(self, batch_id: str) -> bool:
+        """Whether the batch is remembered and not yet due for a full read."""
+        entry = self._entries.get(batch_id)
+        return entry is not None and time.time() < entry.until
+
     def candidates(self, batch_ids: Iterable[str]) -> list[str]:
         """The batches worth a claim check: remembered and not yet due for a full read."""
         now = time.time()

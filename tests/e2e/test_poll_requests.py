@@ -43,14 +43,24 @@ def test_agent_and_metadata_filters_pick_the_sessions(api):
 
 
 def test_dispatching_leaves_no_result_subscriptions_behind(api, redis_client):
+    """No toolfan process waits on a Celery result, so a dispatch never subscribes to one
+    (and need not unsubscribe after): two commands per call saved."""
     for i in range(10):
         api.create_session(
             [function_call("add", {"a": i, "b": j}, turn_id="turn_1") for j in range(3)]
         )
     before = len(redis_client.pubsub_channels("celery-task-meta-*"))
+    sent = command_calls(redis_client, "subscribe") + command_calls(redis_client, "unsubscribe")
     summary = Poller(client(), get_ledger("agents"), get_settings()).poll_once()
     assert summary.calls_dispatched == 30
     assert len(redis_client.pubsub_channels("celery-task-meta-*")) <= before
+    after = command_calls(redis_client, "subscribe") + command_calls(redis_client, "unsubscribe")
+    assert after == sent
+
+
+def command_calls(client, name: str) -> int:
+    """How many times the server ran ``name`` so far."""
+    return int(client.info("commandstats").get(f"cmdstat_{name}", {}).get("calls", 0))
 
 
 def test_a_poller_rereads_only_the_claims_of_its_own_dispatches(api, redis_client):
@@ -96,3 +106,41 @@ def test_dispatched_tasks_leave_no_result_in_the_backend(api, redis_client):
     assert sorted(e["output"] for e in api.batches(sid)[0].events) == ["1", "2", "3"]
     wait_for(lambda: get_ledger("agents").claim_owner(sid) is None, 10, "submit to finish")
     assert redis_client.keys("celery-task-meta-*") == []
+
+
+def test_a_poller_reads_its_own_in_flight_sessions_only_as_far_as_their_ids(api, monkeypatch):
+    """Relisted sessions this poller dispatched are checked on their ids alone: no full
+    read (validation, argument limits) until their claim says something changed."""
+    import dispatcher.listing
+    import dispatcher.poll
+
+    reads: list[str] = []
+    for module in (dispatcher.listing, dispatcher.poll):
+        real = module.parse_session
+
+        def counting(raw, real=real):
+            reads.append(raw.get("id") if isinstance(raw, dict) else None)
+            return real(raw)
+
+        monkeypatch.setattr(module, "parse_session", counting)
+    sessions = [
+        api.create_session([function_call("unserved", {}, turn_id="turn_1") for _ in range(2)])
+        for _ in range(3)
+    ]
+    ledger = get_ledger("agents")
+    poller = Poller(client(), ledger, get_settings(), memo=DispatchMemo())
+    assert poller.poll_once().calls_dispatched == 6
+    assert len(reads) == 3
+    reads.clear()
+    again = poller.poll_once()
+    assert (again.sessions_pending, again.skipped_in_flight, again.calls_dispatched) == (3, 6, 0)
+    assert reads == []
+    fresh = Poller(client(), ledger, get_settings(), memo=DispatchMemo())
+    assert fresh.poll_once().skipped_in_flight == 6
+    assert len(reads) == 3  # a poller that did not dispatch them reads them in full
+    reads.clear()
+    gone = sessions[0]["id"]
+    assert ledger.release(gone, ledger.claim_owner(gone) or "")
+    third = poller.poll_once()
+    assert reads == [gone]  # its claim is gone: read in full, and dispatched again
+    assert (third.sessions_dispatched, third.calls_dispatched, third.skipped_in_flight) == (1, 2, 4)

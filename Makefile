@@ -25,7 +25,7 @@ demo: install
 # command counts free of other clients' traffic.
 BENCH_ARGS ?=
 bench: install
-	$(BIN)/toolfan bench $(BENCH_ARGS)
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 lint: install
 	$(BIN)/ruff check .

@@ -13,15 +13,11 @@ import os
 import shutil
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from dispatcher.approvals_cli import add_approvals
 from dispatcher.conversations.cli import add_chat
 from dispatcher.webhook.cli import add_webhook
 from handlers.errors import ToolfanError
-
-if TYPE_CHECKING:  # the bench's modules load only when the bench runs
-    from dispatcher.bench.config import BenchConfig
 
 Command = Callable[[argparse.Namespace, list[str]], int]
 
@@ -337,92 +333,6 @@ def _add_emulator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.set_defaults(command=_cmd_emulator, passthrough=False)
 
 
-#: ``toolfan bench``'s numeric options: flag, BenchConfig field, type, help (the default,
-#: read from BenchConfig, is added to the help).
-_BENCH_NUMBERS: tuple[tuple[str, str, type, str], ...] = (
-    ("--sessions", "sessions", int, "no-op sessions"),
-    ("--calls", "calls", int, "calls per session"),
-    ("--io-sessions", "io_sessions", int, "50 ms I/O sessions"),
-    ("--io-concurrency", "io_concurrency", int, "threads (or greenlets) per I/O worker process"),
-    (
-        "--io-workers",
-        "io_workers",
-        int,
-        "worker processes for the I/O workload (one per CPU: the threads of one process "
-        "share one interpreter lock)",
-    ),
-    ("--loop-sessions", "loop_sessions", int, "I/O sessions for the sequential loop"),
-    ("--idle-sessions", "idle_sessions", int, "idle sessions"),
-    ("--half-load-seconds", "half_load_seconds", float, "length of the half-load run"),
-    ("--interval", "poll_interval", float, "poll interval, seconds"),
-    ("--seed", "seed", int, "seed of the half-load arrivals"),
-    ("--broker-db", "broker_db", int, "broker database"),
-    ("--ledger-db", "ledger_db", int, "results and ledger database"),
-)
-
-
-def _cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
-    """Run the benchmark: toolfan and its baselines on this machine, then the targets."""
-    from dispatcher.bench.run import run_bench
-
-    return run_bench(bench_config(args))
-
-
-def bench_config(args: argparse.Namespace) -> BenchConfig:
-    """The bench's configuration from ``toolfan bench``'s parsed options."""
-    from pathlib import Path
-
-    from dispatcher.bench.config import BenchConfig
-
-    numbers = {field: getattr(args, field) for _, field, _, _ in _BENCH_NUMBERS}
-    return BenchConfig(
-        out=Path(args.out),
-        io_pool=args.io_pool,
-        redis_url=args.redis_url,
-        private_redis=args.private_redis,
-        quick=args.quick,
-        **numbers,
-    )
-
-
-def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from dispatcher.bench.config import BenchConfig
-
-    p = sub.add_parser(
-        "bench",
-        help="measure throughput, latency and cost per call against raw Celery and loops",
-        description="Starts its own emulator, workers and poller on two Redis databases "
-        "(flushed at start and end), runs no-op and 50 ms I/O workloads through toolfan and "
-        "three baselines, polls idle sessions, and checks the performance targets. Writes "
-        "bench.json, bench.txt and bench.png to --out. Exits 0 even when a target fails.",
-    )
-    defaults = BenchConfig()
-    for flag, field, kind, text in _BENCH_NUMBERS:
-        value = getattr(defaults, field)
-        shown = f"{value:,}" if kind is int else f"{value:g}"
-        metavar = flag.removeprefix("--").replace("-", "_").upper()
-        p.add_argument(
-            flag, dest=field, type=kind, default=value, metavar=metavar, help=f"{text} ({shown})"
-        )
-    p.add_argument(
-        "--io-pool",
-        choices=("threads", "gevent"),
-        default=defaults.io_pool,
-        help="worker pool for the I/O workload (threads; gevent needs the gevent package)",
-    )
-    p.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
-    p.add_argument("--out", default=str(defaults.out), help=f"output directory ({defaults.out})")
-    p.add_argument(
-        "--redis-url", default=None, help="Redis server to use (default: TOOLFAN_REDIS_URL's)"
-    )
-    p.add_argument(
-        "--private-redis",
-        action="store_true",
-        help="start a private redis-server: Redis figures free of other clients' commands",
-    )
-    p.set_defaults(command=_cmd_bench, passthrough=False)
-
-
 def _cmd_runs(args: argparse.Namespace, rest: list[str]) -> int:
     """Watch runs of the Assistants protocol, or list the watched ones."""
     from dispatcher.sources.assistants import NAME
@@ -494,7 +404,6 @@ _PARSERS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], 
     add_approvals,
     add_webhook,
     _add_emulator,
-    _add_bench,
 )
 
 

@@ -2,8 +2,10 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 
 import pytest
+import setuptools
 
 import handlers
 from tests.services import ROOT
@@ -55,15 +57,26 @@ def test_public_api_is_sorted_and_complete():
 
 
 def test_bench_options_map_to_the_config_and_default_to_it():
-    from dispatcher.bench.config import BenchConfig
-    from dispatcher.cli import bench_config, build_parser
+    from bench.__main__ import bench_config, build_parser
+    from bench.config import BenchConfig
 
     parser = build_parser()
-    assert bench_config(parser.parse_args(["bench"])) == BenchConfig()
-    args = ["bench", "--io-workers", "3", "--interval", "0.2", "--seed", "7", "--ledger-db", "9"]
-    config = bench_config(parser.parse_args(args))
-    assert (config.io_workers, config.poll_interval, config.seed) == (3, 0.2, 7)
+    assert bench_config(parser.parse_args([])) == BenchConfig()
+    args = ["--io-workers", "3", "--interval", "0.2", "--seed", "7", "--ledger-db", "9"]
+    config = bench_config(parser.parse_args([*args, "--reps", "5"]))
+    assert (config.io_workers, config.poll_interval, config.seed, config.reps) == (3, 0.2, 7, 5)
     assert config.ledger_db == 9 and config.broker_db == BenchConfig().broker_db
+
+
+def test_the_bench_is_no_toolfan_command_and_not_in_the_wheel():
+    from dispatcher.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench"])
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    include = project["tool"]["setuptools"]["packages"]["find"]["include"]
+    found = setuptools.find_packages(str(ROOT), include=include)
+    assert "bench" not in found and "dispatcher" in found and "tasks" in found
 
 
 def test_tools_api_agents_is_the_default_form():

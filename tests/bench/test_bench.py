@@ -1,4 +1,4 @@
-"""Smoke test of ``toolfan bench --quick``: it runs end to end and its figures are sane.
+"""Smoke test of ``python -m bench --quick``: it runs end to end and its figures are sane.
 
 Never that the machine is fast: only that every figure exists, is finite and positive,
 that every call is accounted for, and that the targets are evaluated. The bench runs on
@@ -34,7 +34,7 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     env.pop("PYTEST_CURRENT_TEST", None)
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "dispatcher.cli", "bench", "--quick", "--out", str(out)],
+        [sys.executable, "-m", "bench", "--quick", "--out", str(out)],
         env=env,
         capture_output=True,
         text=True,
@@ -76,6 +76,27 @@ def test_every_workload_and_system_is_measured_and_sane(bench: dict[str, Any]) -
 
 
 @pytest.mark.timeout(180)
+def test_every_throughput_is_repeated_and_the_table_shows_the_median(bench: dict[str, Any]) -> None:
+    data = bench["json"]
+    reps = data["info"]["reps"]
+    assert reps == 2
+    for name, runs in data["spread"].items():
+        for system in SYSTEMS:
+            assert len(runs[system]) == reps and all(_positive(v) for v in runs[system])
+            shown = data["workloads"][name][system]["calls_per_s"]
+            assert shown == sorted(runs[system])[(reps - 1) // 2], (name, system)
+        assert len(runs["toolfan_vs_raw_celery"]) == reps
+    assert "calls/s per repetition" in bench["stdout"]
+
+
+def test_the_workers_run_with_toolfan_workers_defaults(bench: dict[str, Any]) -> None:
+    noop = bench["json"]["info"]["workloads"]["noop"]
+    assert noop["pool"] is None and noop["concurrency"] is None
+    log = (bench["out"] / "logs" / "worker-noop0.log").read_text()
+    assert "prefork" in log and "fn.bench_noop" in log and "toolfan.poll" in log
+
+
+@pytest.mark.timeout(180)
 def test_ratios_idle_pass_and_half_load(bench: dict[str, Any]) -> None:
     data = bench["json"]
     for name, ratios in data["ratios"].items():
@@ -101,10 +122,10 @@ def test_ratios_idle_pass_and_half_load(bench: dict[str, Any]) -> None:
 @pytest.mark.timeout(180)
 def test_targets_are_printed_and_files_written(bench: dict[str, Any]) -> None:
     targets = bench["json"]["targets"]
-    assert len(targets) == 9
+    assert len(targets) == 11
     assert all(isinstance(t["passed"], bool) and t["measured"] is not None for t in targets)
     verdicts = [line for line in bench["stdout"].splitlines() if line.startswith(("PASS", "FAIL"))]
     assert len(verdicts) == len(targets)
     assert (bench["out"] / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "calls/s" in (bench["out"] / "bench.txt").read_text()
-    print(f"toolfan bench --quick took {bench['seconds']:.1f} s")
+    print(f"python -m bench --quick took {bench['seconds']:.1f} s")

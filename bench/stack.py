@@ -15,7 +15,7 @@ from pathlib import Path
 
 import redis
 
-from dispatcher.bench.config import BenchConfig, Workload
+from bench.config import BenchConfig, Workload
 from dispatcher.devstack import (
     Service,
     Stack,
@@ -25,9 +25,9 @@ from dispatcher.devstack import (
     wait_for,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 API_KEY = "bench"
-HANDLERS = "dispatcher.bench.tools"
+HANDLERS = "bench.tools"
 SUBMIT_QUEUE = "toolfan.submit"
 
 
@@ -105,7 +105,7 @@ class BenchStack(Stack):
 
     @contextmanager
     def workers(self, workload: Workload) -> Iterator[list[Service]]:
-        """The workload's workers: its pool and concurrency, on its tool and submit queues."""
+        """The workload's workers (each on every queue, as ``toolfan worker`` is)."""
         services: list[Service] = []
         try:
             for i in range(workload.workers):
@@ -116,10 +116,16 @@ class BenchStack(Stack):
                 service.stop()
 
     def _worker(self, workload: Workload, index: int) -> Service:
+        """``toolfan worker`` with its defaults, but for a workload's pool and concurrency.
+
+        Every queue, INFO logs, mingle and gossip, as a user's; and a name to ping it by.
+        """
         name = f"bench-{workload.name}{index}-{uuid.uuid4().hex[:6]}"
-        argv = ["worker", "-c", str(workload.concurrency), "-P", workload.pool]
-        argv += ["-n", f"{name}@%h", "-Q", f"{workload.queue},{SUBMIT_QUEUE}"]
-        argv += ["--without-mingle", "--without-gossip", "-l", "WARNING"]
+        argv = ["worker", "-n", f"{name}@%h"]
+        if workload.concurrency is not None:
+            argv += ["-c", str(workload.concurrency)]
+        if workload.pool is not None:
+            argv += ["-P", workload.pool]
         log = self.workdir / f"worker-{workload.name}{index}.log"
         service = Service(argv, log, self.env)
         try:

@@ -18,14 +18,15 @@ class Workload:
     ``loop_sessions`` caps the sequential-loop baseline: its rate is constant, so running
     it on a subset gives the same calls/s without minutes of sleeping. ``workers`` is how
     many worker processes (each with ``concurrency``) serve it; the thread-pool baseline
-    gets as many threads in total.
+    gets as many threads in total. A ``pool`` or ``concurrency`` of None is the worker's
+    default (prefork, one process per CPU): what ``toolfan worker`` runs with no options.
     """
 
     name: str
     tool: str
     arguments: dict[str, int]
-    pool: str
-    concurrency: int
+    pool: str | None
+    concurrency: int | None
     sessions: int
     calls: int
     loop_sessions: int
@@ -37,6 +38,11 @@ class Workload:
         return self.sessions * self.calls
 
     @property
+    def processes(self) -> int:
+        """Calls one worker runs at once: its concurrency, or one per CPU by default."""
+        return self.concurrency or os.cpu_count() or 1
+
+    @property
     def queue(self) -> str:
         """The tool's queue (``fn.<name>``)."""
         return f"fn.{self.tool}"
@@ -44,21 +50,21 @@ class Workload:
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """Everything one ``toolfan bench`` run needs to know."""
+    """Everything one bench run needs to know."""
 
     out: Path = Path("bench-results")
     sessions: int = 400
     calls: int = 5
     io_sessions: int = 600
     io_ms: int = 50
-    noop_concurrency: int = 2
     io_concurrency: int = 64
     io_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     io_pool: str = "threads"
     loop_sessions: int = 60
     idle_sessions: int = 10_000
     half_load_seconds: float = 15.0
-    poll_interval: float = 0.5
+    poll_interval: float = 0.2
+    reps: int = 3
     seed: int = 1
     redis_url: str | None = None
     private_redis: bool = False
@@ -79,18 +85,19 @@ class BenchConfig:
             loop_sessions=10,
             idle_sessions=500,
             half_load_seconds=3.0,
+            reps=2,
             timeout=60.0,
             quick=True,
         )
 
     def workloads(self) -> list[Workload]:
-        """The no-op workload (prefork) and the I/O workload (threads, or gevent)."""
+        """The no-op workload (the default worker) and the I/O one (threads, or gevent)."""
         noop = Workload(
             name="noop",
             tool=NOOP_TOOL,
             arguments={},
-            pool="prefork",
-            concurrency=self.noop_concurrency,
+            pool=None,
+            concurrency=None,
             sessions=self.sessions,
             calls=self.calls,
             loop_sessions=self.sessions,

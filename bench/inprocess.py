@@ -13,12 +13,12 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from dispatcher.bench import tools
-from dispatcher.bench.config import IO_TOOL, NOOP_TOOL, Workload
-from dispatcher.bench.emu import Emulator, latencies, pending_times, session_body
-from dispatcher.bench.figures import LOOP, THREADS, Measurement
-from dispatcher.bench.measure import percentiles
-from dispatcher.bench.stack import API_KEY
+from bench import tools
+from bench.config import IO_TOOL, NOOP_TOOL, Workload
+from bench.emu import Emulator, latencies, pending_times, session_body
+from bench.figures import LOOP, THREADS, Measurement
+from bench.measure import percentiles
+from bench.stack import API_KEY
 from dispatcher.client import AgentsClient
 from dispatcher.models import FunctionCall, Session, tool_result_event
 
@@ -44,7 +44,7 @@ def sequential(client: AgentsClient, workload: Workload) -> None:
 
 def thread_pool(client: AgentsClient, workload: Workload) -> None:
     """Every call on a pool of the workers' threads; each session posted when done."""
-    with ThreadPoolExecutor(workload.concurrency * workload.workers) as pool:
+    with ThreadPoolExecutor(workload.processes * workload.workers) as pool:
         jobs: list[tuple[Session, list[Future[dict[str, Any]]]]] = [
             (s, [pool.submit(_event, c) for c in s.function_calls]) for s in client.iter_sessions()
         ]
@@ -78,6 +78,6 @@ def run_inprocess(
         extra={
             "batches": len(batches),
             "events": sum(len(b["events"]) for b in batches),
-            "threads": workload.concurrency * workload.workers if system == THREADS else 1,
+            "threads": workload.processes * workload.workers if system == THREADS else 1,
         },
     )

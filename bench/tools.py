@@ -1,6 +1,6 @@
 """The benchmark's tools, and the raw Celery tasks of its first baseline.
 
-Workers load this module through ``TOOLFAN_HANDLERS=dispatcher.bench.tools``: the two
+Workers load this module through ``TOOLFAN_HANDLERS=bench.tools``: the two
 ``@tool`` functions are what toolfan runs; the three ``bench.*`` tasks are the same work as
 bare Celery tasks (no ledger, no HTTP), so the engine's ceiling is measured by the very
 same worker processes, pool and concurrency.

@@ -1,23 +1,24 @@
-"""``toolfan bench``: the whole run, phase by phase, then the table, JSON and PNG."""
+"""The bench: the whole run, phase by phase, then the table, JSON and PNG."""
 
 from __future__ import annotations
 
 import os
 import platform
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from dispatcher.bench.config import BenchConfig, Workload
-from dispatcher.bench.emu import Emulator
-from dispatcher.bench.engine import run_raw, run_toolfan
-from dispatcher.bench.figures import LOOP, RAW, THREADS, TOOLFAN
-from dispatcher.bench.inprocess import run_inprocess
-from dispatcher.bench.measure import foreign_clients
-from dispatcher.bench.phases import run_half_load, run_idle, run_push_load
-from dispatcher.bench.plot import draw
-from dispatcher.bench.report import Report, lines
-from dispatcher.bench.stack import BenchStack
+from bench.config import BenchConfig, Workload
+from bench.emu import Emulator
+from bench.engine import run_raw, run_toolfan
+from bench.figures import LOOP, RAW, THREADS, TOOLFAN, Measurement
+from bench.inprocess import run_inprocess
+from bench.measure import foreign_clients
+from bench.phases import run_half_load, run_idle, run_push_load
+from bench.plot import draw
+from bench.report import Report, lines
+from bench.stack import BenchStack
 
 #: Sessions of the warm-up passes, whose figures are thrown away.
 WARM_UP = 4
@@ -36,37 +37,73 @@ def use_stack_env(env: dict[str, str]) -> None:
             would publish to another broker than the bench's workers consume.
     """
     if "tasks.app" in sys.modules:
-        raise RuntimeError("toolfan bench must run in its own process (tasks.app is loaded)")
+        raise RuntimeError("the bench must run in its own process (tasks.app is loaded)")
     for key in [k for k in os.environ if k.startswith(("TOOLFAN_", "OPENAI_"))]:
         del os.environ[key]
     os.environ.update({k: v for k, v in env.items() if k.startswith(("TOOLFAN_", "OPENAI_"))})
 
 
 def run_workload(stack: BenchStack, emu: Emulator, workload: Workload, report: Report) -> None:
-    """Measure toolfan and raw Celery on one worker, then the in-process baselines."""
-    timeout = stack.config.timeout
-    measured = report.results.setdefault(workload.name, {})
+    """Measure raw Celery, then toolfan, on the same workers; then the in-process baselines.
+
+    Each throughput is measured ``--reps`` times: the table shows the median repetition,
+    and the report keeps every one (the spread). Raw Celery runs before the poller starts,
+    so no poll pass lands in its CPU or Redis counts.
+    """
+    config = stack.config
+    runs: dict[str, list[Measurement]] = {}
     with stack.workers(workload) as workers:
         say(f"{workload.name}: raw Celery, {workload.sessions} chords of {workload.calls}")
         run_raw(stack, workload, workers, WARM_UP)
-        measured[RAW] = run_raw(stack, workload, workers)
+        runs[RAW] = [repeat(run_raw, config, stack, workload, workers) for _ in _reps(config)]
         with stack.poller() as poller:
             say(f"{workload.name}: toolfan, {workload.sessions} sessions x {workload.calls}")
             run_toolfan(stack, emu, workload, (workers, poller), WARM_UP)
-            measured[TOOLFAN] = run_toolfan(stack, emu, workload, (workers, poller))
+            runs[TOOLFAN] = [
+                repeat(run_toolfan, config, stack, emu, workload, (workers, poller))
+                for _ in _reps(config)
+            ]
+            peak = median(runs[TOOLFAN]).calls_per_s
             if workload.name == "noop":
-                peak = measured[TOOLFAN].calls_per_s
-                seconds = stack.config.half_load_seconds
-                say(f"half of peak load: {peak / 2:.0f} calls/s for {seconds:g} s")
+                say(f"half of peak load: {peak / 2:.0f} calls/s for {config.half_load_seconds:g} s")
                 report.half_load = run_half_load(stack, emu, workload, peak)
         if workload.name == "noop":
-            peak = measured[TOOLFAN].calls_per_s
             say(f"half of peak load, pushed: {peak / 2:.0f} calls/s through the webhook intake")
             with stack.pusher() as intake:
                 report.push_load = run_push_load(stack, emu, workload, peak, intake)
     for system in (THREADS, LOOP):
         say(f"{workload.name}: in-process {system}")
-        measured[system] = run_inprocess(system, emu, stack.origin, workload, timeout)
+        runs[system] = [
+            run_inprocess(system, emu, stack.origin, workload, config.timeout)
+            for _ in _reps(config)
+        ]
+    report.results[workload.name] = {system: median(ms) for system, ms in runs.items()}
+    report.spread[workload.name] = spread(runs)
+
+
+def _reps(config: BenchConfig) -> range:
+    return range(config.reps)
+
+
+def repeat(measure: Callable[..., Measurement], config: BenchConfig, *args: Any) -> Measurement:
+    """One repetition, with a line of progress."""
+    m = measure(*args)
+    say(f"  {m.workload} {m.system}: {m.calls_per_s:,.0f} calls/s")
+    return m
+
+
+def median(measurements: list[Measurement]) -> Measurement:
+    """The repetition of median throughput (the lower middle one of an even count)."""
+    ranked = sorted(measurements, key=lambda m: m.calls_per_s)
+    return ranked[(len(ranked) - 1) // 2]
+
+
+def spread(runs: dict[str, list[Measurement]]) -> dict[str, Any]:
+    """Every repetition's calls/s per system, and toolfan's ratio to raw Celery in each pair."""
+    out: dict[str, Any] = {s: [m.calls_per_s for m in ms] for s, ms in runs.items()}
+    pairs = zip(runs.get(TOOLFAN, []), runs.get(RAW, []), strict=False)
+    out["toolfan_vs_raw_celery"] = [t.calls_per_s / r.calls_per_s for t, r in pairs]
+    return out
 
 
 def describe(config: BenchConfig) -> dict[str, Any]:
@@ -78,6 +115,7 @@ def describe(config: BenchConfig) -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "poll_interval": config.poll_interval,
+        "reps": config.reps,
         "quick": config.quick,
         "seed": config.seed,
         "private_redis": config.private_redis,

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from dispatcher.bench.config import Workload
+from bench.config import Workload
 
 JSON = dict[str, Any]
 LIST_PATH = "/v1/agents/sessions"
@@ -111,6 +111,12 @@ class Emulator:
             if sid and "/" not in sid:
                 first.setdefault(sid, float(record["at"]))
         return first
+
+    def first_request(self, since: float) -> float | None:
+        """When the API first saw a request (any ``/v1`` path) at or after ``since``."""
+        data = self.http.get("/requests", params={"path": "/v1/"}).raise_for_status().json()
+        times = [float(r["at"]) for r in data["data"] if float(r["at"]) >= since]
+        return min(times) if times else None
 
     def list_requests(self, since: float = 0.0) -> int:
         """``GET /v1/agents/sessions`` requests received at or after ``since``."""

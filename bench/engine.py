@@ -6,11 +6,11 @@ import json
 import time
 from typing import Any
 
-from dispatcher.bench.config import Workload
-from dispatcher.bench.emu import Emulator, latencies, pending_times, session_body
-from dispatcher.bench.figures import RAW, TOOLFAN, Measurement
-from dispatcher.bench.measure import Closed, Window, percentiles, tree_cpu
-from dispatcher.bench.stack import SUBMIT_QUEUE, BenchStack, poll_passes
+from bench.config import Workload
+from bench.emu import Emulator, latencies, pending_times, session_body
+from bench.figures import RAW, TOOLFAN, Measurement
+from bench.measure import Closed, Window, percentiles, tree_cpu
+from bench.stack import SUBMIT_QUEUE, BenchStack, poll_passes
 from dispatcher.devstack import Service
 
 #: Seconds between the bench's checks of the raw chords' completion list.
@@ -44,7 +44,9 @@ def run_toolfan(
     closed = window.close()
     poller_cpu = tree_cpu([poller.proc.pid]) - poller_cpu
     passes = poll_passes(poller) - passes_before
-    start = min(s.at for s in seeded)
+    # From the first request the API saw after seeding, as a user's clock would start.
+    seeded_at = min(s.at for s in seeded)
+    start = emu.first_request(seeded_at) or seeded_at
     end = max(b["received_at"] for b in batches)
     calls = count * workload.calls
     lists = emu.list_requests(since=window.started)
@@ -58,7 +60,11 @@ def run_toolfan(
         redis_commands_per_call=closed.total_commands / calls,
         cpu_seconds_per_call=closed.cpu / calls,
         api_requests_per_poll=lists / passes if passes else None,
-        extra={**_toolfan_extra(batches, closed, lists, passes), "poller_cpu_seconds": poller_cpu},
+        extra={
+            **_toolfan_extra(batches, closed, lists, passes),
+            "poller_cpu_seconds": poller_cpu,
+            "seeded_to_first_request": start - seeded_at,
+        },
     )
 
 
@@ -127,7 +133,7 @@ def _publish_chords(workload: Workload, key: str, count: int) -> tuple[float, fl
     """
     from celery import chord
 
-    from dispatcher.bench import tools
+    from bench import tools
 
     task = tools.raw_io if workload.arguments else tools.raw_noop
     first, cpu = time.time(), time.process_time()

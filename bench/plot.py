@@ -6,8 +6,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dispatcher.bench.figures import SYSTEMS, Measurement
-from dispatcher.bench.report import Report
+from bench.figures import SYSTEMS, Measurement
+from bench.report import Report
 
 COLOURS = {"toolfan": "#1f77b4", "raw_celery": "#7f7f7f", "threads": "#2ca02c", "loop": "#d62728"}
 PERCENTILES = ("p50", "p95", "p99")
@@ -68,7 +68,8 @@ def _workload_label(report: Report, workload: str) -> str:
     return (
         f"{workload}: {shape['sessions']} x {shape['calls']} calls\n"
         f"{workers if workers > 1 else ''}{'x ' if workers > 1 else ''}"
-        f"{shape['pool']} -c {shape['concurrency']}"
+        f"{shape['pool'] or 'default worker'}"
+        f"{' -c ' + str(shape['concurrency']) if shape['concurrency'] else ''}"
     )
 
 

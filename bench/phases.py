@@ -8,8 +8,8 @@ import statistics
 import time
 from typing import Any
 
-from dispatcher.bench.config import Workload
-from dispatcher.bench.emu import (
+from bench.config import Workload
+from bench.emu import (
     Emulator,
     Seeded,
     latencies,
@@ -17,8 +17,8 @@ from dispatcher.bench.emu import (
     pushed_times,
     session_body,
 )
-from dispatcher.bench.measure import Window, percentiles
-from dispatcher.bench.stack import API_KEY, WEBHOOK_SECRET, BenchStack
+from bench.measure import Window, percentiles
+from bench.stack import API_KEY, WEBHOOK_SECRET, BenchStack
 from dispatcher.client import AgentsClient
 
 IDLE_PASSES = 3

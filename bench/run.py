@@ -55,13 +55,13 @@ def run_workload(stack: BenchStack, emu: Emulator, workload: Workload, report: R
     with stack.workers(workload) as workers:
         say(f"{workload.name}: raw Celery, {workload.sessions} chords of {workload.calls}")
         run_raw(stack, workload, workers, WARM_UP)
-        runs[RAW] = [repeat(run_raw, config, stack, workload, workers) for _ in _reps(config)]
+        runs[RAW] = [repeat(run_raw, stack, workload, workers) for _ in range(config.reps)]
         with stack.poller() as poller:
             say(f"{workload.name}: toolfan, {workload.sessions} sessions x {workload.calls}")
             run_toolfan(stack, emu, workload, (workers, poller), WARM_UP)
             runs[TOOLFAN] = [
-                repeat(run_toolfan, config, stack, emu, workload, (workers, poller))
-                for _ in _reps(config)
+                repeat(run_toolfan, stack, emu, workload, (workers, poller))
+                for _ in range(config.reps)
             ]
             peak = median(runs[TOOLFAN]).calls_per_s
             if workload.name == "noop":
@@ -75,17 +75,13 @@ def run_workload(stack: BenchStack, emu: Emulator, workload: Workload, report: R
         say(f"{workload.name}: in-process {system}")
         runs[system] = [
             run_inprocess(system, emu, stack.origin, workload, config.timeout)
-            for _ in _reps(config)
+            for _ in range(config.reps)
         ]
     report.results[workload.name] = {system: median(ms) for system, ms in runs.items()}
     report.spread[workload.name] = spread(runs)
 
 
-def _reps(config: BenchConfig) -> range:
-    return range(config.reps)
-
-
-def repeat(measure: Callable[..., Measurement], config: BenchConfig, *args: Any) -> Measurement:
+def repeat(measure: Callable[..., Measurement], *args: Any) -> Measurement:
     """One repetition, with a line of progress."""
     m = measure(*args)
     say(f"  {m.workload} {m.system}: {m.calls_per_s:,.0f} calls/s")

@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -436,11 +437,11 @@ class Dispatcher:
             header = [
                 call_signature(self._envelope(batch, c, dispatch)).set(**UNSTORED) for c in to_run
             ]
-            _never_wait(app.backend)
-            chord(header)(body)
+            with _not_subscribing(app.backend):
+                chord(header)(body)
         else:
-            _never_wait(app.backend)
-            body.apply_async(args=([],))
+            with _not_subscribing(app.backend):
+                body.apply_async(args=([],))
         sent = [(turn_id, call_id) for turn_id, call_id in calls]
         self.memo.remember(bid, dispatch.token, sent, self._recheck_at(dispatch))
         counts.dispatched += 1
@@ -489,20 +490,23 @@ def _ref(batch_id: str, call: PendingCall) -> CallRef:
     return CallRef(batch_id, call.turn_id, call.call_id)
 
 
-def _never_wait(backend: Any) -> None:
-    """Keep this process's result backend from subscribing to what it sends.
+@contextmanager
+def _not_subscribing(backend: Any) -> Iterator[None]:
+    """While sending, keep this thread's result backend from subscribing to the results.
 
     Celery's Redis backend subscribes to a sent task's result channel, and a chord's group
-    result to each member's, so that the sender could wait for them. No toolfan process
-    ever does (the ledger holds every result and the chord hands them to ``submit``), so
-    each subscription was a SUBSCRIBE sent and, to leave no channel behind, an UNSUBSCRIBE
-    after it: two commands per call for nothing. The backend object is this thread's.
+    result to each member's, so that the sender could wait for them. A dispatch never
+    does (the ledger holds every result and the chord hands them to ``submit``), so each
+    subscription was a SUBSCRIBE and, to leave no channel behind, an UNSUBSCRIBE after it:
+    two commands per call for nothing. Only the send is spared: anything else in this
+    process that waits on a result (``AsyncResult.get``) still subscribes as usual.
     """
-    if getattr(backend, "_toolfan_never_waits", False):
-        return
     backend.add_pending_result = _not_pending
     backend.on_task_call = _no_subscription
-    backend._toolfan_never_waits = True
+    try:
+        yield
+    finally:
+        del backend.add_pending_result, backend.on_task_call
 
 
 def _not_pending(result: Any, weak: bool = False, start_drainer: bool = True) -> Any:

@@ -58,6 +58,20 @@ def test_dispatching_leaves_no_result_subscriptions_behind(api, redis_client):
     assert after == sent
 
 
+def test_a_process_that_dispatched_can_still_wait_for_a_result(api):
+    """Only the dispatch's sends skip the result subscriptions: a Celery result this
+    process waits for afterwards still arrives."""
+    import uuid
+
+    from tests.calls import agents_call
+
+    api.create_session([function_call("add", {"a": 1, "b": 2})])
+    assert Poller(client(), get_ledger("agents"), get_settings()).poll_once().calls_dispatched
+    sid = f"sess_{uuid.uuid4().hex[:10]}"
+    result = agents_call(sid, "turn_1", "call_1", "add", {"a": 2, "b": 3}).apply_async()
+    assert result.get(timeout=30)["output"] == "5"
+
+
 def command_calls(client, name: str) -> int:
     """How many times the server ran ``name`` so far."""
     return int(client.info("commandstats").get(f"cmdstat_{name}", {}).get("calls", 0))

@@ -808,6 +808,41 @@ def test_admin_refuses_bad_bodies(admin: httpx.Client) -> None:
         assert answer.json()["error"]["code"] == "invalid_admin_request"
 
 
+def test_bulk_runs_and_submits_offset(
+    emu: EmulatorServer, admin: httpx.Client, openai_http: httpx.Client
+) -> None:
+    before = time.time()
+    body = {
+        "runs": [
+            {"phases": [[CALL]]},
+            {"thread_id": "thread_b", "run_id": "run_b", "phases": [[{**CALL, "id": "call_2"}]]},
+            {"thread_id": "thread_b", "status": "completed"},
+        ]
+    }
+    created = admin.post("/runs/bulk", json=body)
+    assert created.status_code == 201
+    ids, at = created.json()["data"], created.json()["at"]
+    assert before <= at <= time.time()
+    assert len(ids) == 3 and ids[1] == {"thread_id": "thread_b", "run_id": "run_b"}
+    statuses = [emu.state.run(i["thread_id"], i["run_id"])["status"] for i in ids]
+    assert statuses == ["requires_action", "requires_action", "completed"]
+    assert [r["run_id"] for r in emu.state.runs()] == [i["run_id"] for i in ids]
+    for bad in ({"runs": "x"}, {"runs": [1]}, {"runs": [{"colour": "red"}]}):
+        answer = admin.post("/runs/bulk", json=bad)
+        assert answer.status_code == 400, bad
+        assert answer.json()["error"]["code"] == "invalid_admin_request"
+
+    for run, call in ((ids[0], "call_1"), (ids[1], "call_2")):
+        path = f"/threads/{run['thread_id']}/runs/{run['run_id']}/submit_tool_outputs"
+        assert openai_http.post(path, json=_outputs(call)).status_code == 200
+    submits = admin.get("/submits").json()["data"]
+    assert [s["run_id"] for s in submits] == [ids[0]["run_id"], "run_b"]
+    assert at <= submits[0]["received_at"] <= submits[1]["received_at"] <= time.time()
+    assert [s["run_id"] for s in admin.get("/submits?offset=1").json()["data"]] == ["run_b"]
+    assert admin.get("/submits", params={"offset": 5}).json()["data"] == []
+    assert admin.get("/submits", params={"offset": -1}).status_code == 400
+
+
 # --- any-character ids ----------------------------------------------------------------------
 
 HOSTILE_IDS = ["a/b", "/", "50%", "%2F", "{run_id}", "line\nbreak", "nul\x00byte", "🙂", "x" * 5000]

@@ -8,6 +8,8 @@ with what it measures and nothing is left behind.
 from __future__ import annotations
 
 import os
+import socket
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -61,6 +63,57 @@ def service_env(base: str, config: BenchConfig, api_url: str) -> dict[str, str]:
     return env
 
 
+#: The ledger database's key naming the bench that owns both databases, while it runs.
+OWNER_KEY = "bench:owner"
+#: Seconds the owner key lives unless renewed: a bench killed -9 frees the databases soon.
+OWNER_TTL = 30
+
+
+class DatabasesInUse(RuntimeError):
+    """Another bench is measuring on the same two Redis databases."""
+
+
+@contextmanager
+def owned(stack: BenchStack) -> Iterator[None]:
+    """Own the bench's two databases while measuring: flush them, and keep others out.
+
+    Two benches on one pair of databases consume each other's tasks and flush each other's
+    records: every figure of both would be wrong, so the second one stops at once, saying
+    why. The key is renewed by a thread and expires soon after its bench dies.
+
+    Raises:
+        DatabasesInUse: another bench's key is there.
+    """
+    client, config = stack.redis(), stack.config
+    holder = client.get(OWNER_KEY)
+    if isinstance(holder, bytes):
+        holder = holder.decode(errors="replace")
+    if holder is not None:
+        raise DatabasesInUse(
+            f"another bench ({holder}) is running on Redis databases "
+            f"{config.broker_db} and {config.ledger_db}: wait for it, pass --private-redis, or "
+            "choose others with --broker-db and --ledger-db"
+        )
+    stack.flush()
+    owner = f"pid {os.getpid()} on {socket.gethostname()}"
+    client.set(OWNER_KEY, owner, ex=OWNER_TTL)
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(OWNER_TTL / 3):
+            client.set(OWNER_KEY, owner, ex=OWNER_TTL)
+
+    thread = threading.Thread(target=renew, name="bench-owner", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        client.delete(OWNER_KEY)  # a renewal may have come after the final flush
+        client.close()
+
+
 class BenchStack(Stack):
     """Redis databases, the emulator, and the worker and poller of the current phase."""
 
@@ -75,7 +128,7 @@ class BenchStack(Stack):
 
     def _start(self) -> None:
         self.base = self._stack.enter_context(redis_server(self.config))
-        self.flush()
+        self._stack.enter_context(owned(self))
         self._stack.callback(self.flush)
         self.port = free_port()
         self.env = service_env(self.base, self.config, f"{self.origin}/v1")

@@ -9,6 +9,10 @@ from pathlib import Path
 
 NOOP_TOOL = "bench_noop"
 IO_TOOL = "bench_io"
+#: The no-op tool again, with an allow-all policy: what a policy costs per call.
+POLICY_TOOL = "bench_noop_policy"
+#: The no-op tool again, needing approval: what an approval costs per call.
+APPROVED_TOOL = "bench_noop_approved"
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ class BenchConfig:
     io_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     io_pool: str = "threads"
     loop_sessions: int = 60
-    idle_sessions: int = 10_000
+    idle_sessions: int = 100_000
     half_load_seconds: float = 15.0
     poll_interval: float = 0.2
     reps: int = 3

@@ -7,12 +7,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 TOOLFAN = "toolfan"
+#: toolfan on the run-shaped ``assistants`` source (the no-op workload's runs).
+ASSISTANTS = "assistants"
 RAW = "raw_celery"
 LOOP = "loop"
 THREADS = "threads"
 #: Display names, in table and plot order.
 SYSTEMS = {
     TOOLFAN: "toolfan",
+    ASSISTANTS: "toolfan runs",
     RAW: "raw Celery",
     THREADS: "thread pool",
     LOOP: "sequential loop",

@@ -7,10 +7,13 @@ boot, connection set-up) never land in a per-call number.
 from __future__ import annotations
 
 import math
+import os
+import platform
 import statistics
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import psutil
@@ -18,6 +21,17 @@ import redis
 
 #: Commands the bench itself sends to read the counters; never part of a measurement.
 _OWN_COMMANDS = frozenset({"info", "client|list"})
+
+
+def machine() -> dict[str, Any]:
+    """When and on what a run measured: the figures mean little without the machine's load."""
+    return {
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+        "load_average_at_start": os.getloadavg(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
 
 
 def tree_cpu(pids: Iterable[int]) -> float:

@@ -8,6 +8,8 @@ import statistics
 import time
 from typing import Any
 
+import psutil
+
 from bench.config import Workload
 from bench.emu import (
     Emulator,
@@ -17,11 +19,13 @@ from bench.emu import (
     pushed_times,
     session_body,
 )
-from bench.measure import Window, percentiles
+from bench.measure import Window, percentiles, tree_cpu
 from bench.stack import API_KEY, WEBHOOK_SECRET, BenchStack
 from dispatcher.client import AgentsClient
 
 IDLE_PASSES = 3
+#: Passes an hour of the safety-net poll that runs beside the webhook intake (every 60 s).
+SAFETY_NET_PASSES_PER_HOUR = 3600 / 60
 
 
 def run_idle(stack: BenchStack, emu: Emulator, count: int) -> dict[str, Any]:
@@ -49,6 +53,7 @@ def run_idle(stack: BenchStack, emu: Emulator, count: int) -> dict[str, Any]:
             wall.append(time.perf_counter() - started)
             lists.append(emu.list_requests(since))
             seen.append(summary.sessions_seen)
+    commands = window.close().total_commands
     return {
         "sessions": count,
         "passes": IDLE_PASSES,
@@ -57,7 +62,23 @@ def run_idle(stack: BenchStack, emu: Emulator, count: int) -> dict[str, Any]:
         "cpu_seconds": cpu,
         "cpu_seconds_median": statistics.median(cpu),
         "wall_seconds": wall,
-        "redis_commands": window.close().total_commands,
+        "redis_commands": commands,
+        "per_session_per_hour_with_webhooks": _steady_cost(count, lists, cpu, commands),
+    }
+
+
+def _steady_cost(count: int, lists: list[int], cpu: list[float], commands: int) -> dict[str, float]:
+    """What one idle session costs an hour with webhooks on and the 60 s safety-net poll.
+
+    Idle sessions are never pushed (only a session that starts waiting is), so their whole
+    cost is their share of the safety-net passes: list requests, poller CPU, Redis commands.
+    """
+    passes = SAFETY_NET_PASSES_PER_HOUR / count
+    return {
+        "list_requests": statistics.median(lists) * passes,
+        "poller_cpu_seconds": statistics.median(cpu) * passes,
+        "redis_commands": commands / IDLE_PASSES * passes,
+        "webhook_deliveries": 0.0,
     }
 
 
@@ -83,6 +104,7 @@ def run_half_load(
     rate = max(peak_calls_per_s / 2 / workload.calls, 0.5)
     offsets = arrivals(rate, config.half_load_seconds, config.seed) or [0.0]
     emu.reset()
+    cpu = ServicesCpu(stack)
     seeded = _seed_on_schedule(emu, workload, offsets)
     batches = emu.wait_batches(len(offsets), config.timeout)
     target = config.poll_interval + 0.25
@@ -96,6 +118,7 @@ def run_half_load(
         "batches": len(batches),
         "latency": latency,
         "target_p95": target,
+        "cpu_ms_per_call": cpu.per_call(len(offsets) * workload.calls),
     }
 
 
@@ -117,6 +140,7 @@ def run_push_load(
     offsets = arrivals(rate, config.half_load_seconds, config.seed) or [0.0]
     emu.reset()
     emu.register_webhook(intake, WEBHOOK_SECRET)
+    cpu = ServicesCpu(stack)
     seeded = _seed_on_schedule(emu, workload, offsets)
     batches = emu.wait_batches(len(offsets), config.timeout)
     pushed, retrieved = pushed_times(emu.deliveries()), emu.retrieved_times()
@@ -141,7 +165,29 @@ def run_push_load(
         ),
         "seed_to_answer": percentiles(latencies(batches, pending_times(seeded))),
         "target_p95": PUSH_TARGET_P95,
+        "cpu_ms_per_call": cpu.per_call(len(offsets) * workload.calls),
     }
+
+
+class ServicesCpu:
+    """CPU of every service the bench started (its child processes), from now on.
+
+    The half-load runs compare polling and pushing at one rate: what each costs per call,
+    all processes together (the emulator apart, as the API's own work), says how near
+    that rate is to each one's saturation of the machine's cores.
+    """
+
+    def __init__(self, stack: BenchStack) -> None:
+        self.emulator = stack.emulator_pid
+        self.pids = [c.pid for c in psutil.Process().children()]
+        self.start = tree_cpu(self.pids), tree_cpu([self.emulator])
+
+    def per_call(self, calls: int) -> dict[str, float]:
+        """Milliseconds of CPU per call so far: toolfan's processes, and the emulator's."""
+        everything, emulator = tree_cpu(self.pids), tree_cpu([self.emulator])
+        api = emulator - self.start[1]
+        ours = everything - self.start[0] - api
+        return {"toolfan": ours * 1000 / calls, "emulator": api * 1000 / calls}
 
 
 def _seed_on_schedule(emu: Emulator, workload: Workload, offsets: list[float]) -> list[Seeded]:

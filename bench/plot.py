@@ -9,7 +9,13 @@ from typing import Any
 from bench.figures import SYSTEMS, Measurement
 from bench.report import Report
 
-COLOURS = {"toolfan": "#1f77b4", "raw_celery": "#7f7f7f", "threads": "#2ca02c", "loop": "#d62728"}
+COLOURS = {
+    "toolfan": "#1f77b4",
+    "assistants": "#17becf",
+    "raw_celery": "#7f7f7f",
+    "threads": "#2ca02c",
+    "loop": "#d62728",
+}
 PERCENTILES = ("p50", "p95", "p99")
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.figures import LOOP, RAW, SYSTEMS, THREADS, TOOLFAN, Measurement, ratio
+from bench.figures import ASSISTANTS, LOOP, RAW, SYSTEMS, THREADS, TOOLFAN, Measurement, ratio
 
 Results = dict[str, dict[str, Measurement]]
 #: Poller CPU seconds one pass over 100,000 idle sessions may take (scaled to the count).
@@ -69,6 +69,8 @@ class Report:
     idle: dict[str, Any] = field(default_factory=dict)
     half_load: dict[str, Any] = field(default_factory=dict)
     push_load: dict[str, Any] = field(default_factory=dict)
+    inline: dict[str, Any] = field(default_factory=dict)
+    features: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
     spread: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -76,20 +78,27 @@ class Report:
         """One measurement, if it was taken."""
         return self.results.get(workload, {}).get(system)
 
-    def ratios(self, workload: str) -> dict[str, float | None]:
-        """Ratios of toolfan to each baseline: throughput, Redis commands and CPU per call."""
-        ours = self.get(workload, TOOLFAN)
+    def ratios(self, workload: str, system: str = TOOLFAN) -> dict[str, float | None]:
+        """Ratios of toolfan (or ``system``) to each baseline: throughput, Redis, CPU per call."""
+        ours = self.get(workload, system)
         out: dict[str, float | None] = {}
-        for system in (RAW, THREADS, LOOP):
-            other = self.get(workload, system)
+        for base in (RAW, THREADS, LOOP):
+            other = self.get(workload, base)
             if ours is None or other is None:
                 continue
-            out[f"throughput_vs_{system}"] = ratio(ours.calls_per_s, other.calls_per_s)
-            out[f"cpu_vs_{system}"] = ratio(ours.cpu_seconds_per_call, other.cpu_seconds_per_call)
-            out[f"redis_vs_{system}"] = ratio(
+            out[f"throughput_vs_{base}"] = ratio(ours.calls_per_s, other.calls_per_s)
+            out[f"cpu_vs_{base}"] = ratio(ours.cpu_seconds_per_call, other.cpu_seconds_per_call)
+            out[f"redis_vs_{base}"] = ratio(
                 ours.redis_commands_per_call, other.redis_commands_per_call
             )
         return out
+
+    def system_ratios(self) -> dict[str, dict[str, dict[str, float | None]]]:
+        """:meth:`ratios` of every measured toolfan row (sessions, runs), by workload."""
+        return {
+            w: {s: self.ratios(w, s) for s in (TOOLFAN, ASSISTANTS) if s in by_system}
+            for w, by_system in self.results.items()
+        }
 
     def targets(self) -> list[Target]:
         """The issue's targets, each with its measured ratio or value."""
@@ -109,6 +118,15 @@ class Report:
             0.9,
             f"calls/s, default worker; per repetition {self._pairs('noop')}",
         )
+        if self.get("noop", ASSISTANTS) is not None:
+            yield Target(
+                "no-op throughput, assistants source / raw Celery",
+                self.ratios("noop", ASSISTANTS).get(f"throughput_vs_{RAW}"),
+                ">=",
+                0.9,
+                "calls/s, watched runs, same workers; per repetition "
+                f"{self._pairs('noop', ASSISTANTS)}",
+            )
         yield Target(
             "50 ms I/O throughput / sequential loop",
             io.get(f"throughput_vs_{LOOP}"),
@@ -124,8 +142,8 @@ class Report:
             f"calls/s, same {pool} pool; per repetition {self._pairs('io')}",
         )
 
-    def _pairs(self, workload: str) -> str:
-        ratios = self.spread.get(workload, {}).get(f"toolfan_vs_{RAW}", [])
+    def _pairs(self, workload: str, system: str = TOOLFAN) -> str:
+        ratios = self.spread.get(workload, {}).get(f"{system}_vs_{RAW}", [])
         return "[" + ", ".join(f"{r:.2f}" for r in ratios) + "]"
 
     def _redis_targets(self) -> Iterator[Target]:
@@ -146,6 +164,8 @@ class Report:
             )
 
     def _other_targets(self) -> Iterator[Target]:
+        yield from self._inline_targets()
+        yield from self._feature_targets()
         idle = self.idle
         if idle:
             wanted = math.ceil(idle["sessions"] / 100)
@@ -171,7 +191,8 @@ class Report:
                 half["latency"]["p95"],
                 "<=",
                 half["target_p95"],
-                f"seconds = poll interval + 0.25 s; {half['rate_calls_per_s']:.0f} calls/s",
+                f"seconds = poll interval + 0.25 s; {half['rate_calls_per_s']:.0f} calls/s; "
+                f"{_cpu(half)}",
             )
         push = self.push_load
         if push:
@@ -184,7 +205,66 @@ class Report:
                 f"{_fmt(push['latency']['p99'], digits=3)}; {push['pushed']} of "
                 f"{push['sessions']} pushed; {push['rate_calls_per_s']:.0f} calls/s; p95 push to "
                 f"retrieve {_fmt(push['push_to_retrieve']['p95'], digits=3)}, retrieve to "
-                f"accepted {_fmt(push['retrieve_to_accepted']['p95'], digits=3)}",
+                f"accepted {_fmt(push['retrieve_to_accepted']['p95'], digits=3)}; {_cpu(push)}",
+            )
+
+    def _feature_targets(self) -> Iterator[Target]:
+        unused = self.features.get("unused")
+        if not unused:
+            return
+        spread = unused["throughput_spread"]
+        yield Target(
+            "policy and approval check when unused, share of CPU per call",
+            unused["share_of_cpu_per_call"],
+            "<",
+            spread if spread is not None else math.nan,
+            f"{unused['check_seconds_per_call'] * 1e6:.2f} us per call in-process against "
+            f"{unused['cpu_seconds_per_call'] * 1e3:.2f} ms; the limit is the no-op rows' "
+            "run-to-run throughput spread",
+        )
+
+    def _inline_targets(self) -> Iterator[Target]:
+        """``run_tool_calls``: throughput against raw Celery's chords, and two latencies."""
+        rows, raw = self.inline.get("throughput"), self.get("noop", RAW)
+        if rows and raw is not None:
+            m = rows["median"]
+            pairs = zip(rows["calls_per_s"], self.spread.get("noop", {}).get(RAW, []), strict=False)
+            shown = ", ".join(f"{ours / theirs:.2f}" for ours, theirs in pairs)
+            yield Target(
+                "run_tool_calls no-op throughput / raw Celery",
+                ratio(m["calls_per_s"], raw.calls_per_s),
+                ">=",
+                0.9,
+                f"{m['calls_per_s']:,.0f} calls/s from {m['extra']['callers']} caller threads; "
+                f"per repetition [{shown}]; workers' CPU "
+                f"{_fmt(m['cpu_seconds_per_call'], 1000, 3)} ms/call, callers' "
+                f"{_fmt(m['extra']['caller_cpu_seconds_per_call'], 1000, 3)} ms/call; "
+                f"{_fmt(m['redis_commands_per_call'])} Redis commands/call",
+            )
+        single = self.inline.get("single_call")
+        if single:
+            yield Target(
+                "one no-op run_tool_calls p50 over an in-process call",
+                single["overhead_p50"] * 1000,
+                "<=",
+                5,
+                f"ms, warm fleet, {single['samples']} sequential calls; p50 "
+                f"{_fmt(single['run_tool_calls']['p50'], 1000, 2)} ms, p95 "
+                f"{_fmt(single['run_tool_calls']['p95'], 1000, 2)} ms; raw Celery's chord of one "
+                f"p50 {_fmt(single['raw_celery_chord']['p50'], 1000, 2)} ms, one bare task and "
+                f"its result {_fmt(single['raw_celery_task']['p50'], 1000, 2)} ms",
+            )
+        parallel = self.inline.get("parallel")
+        if parallel:
+            yield Target(
+                f"{parallel['calls_per_answer']} x {parallel['tool_ms']} ms run_tool_calls p50",
+                parallel["latency"]["p50"] * 1000,
+                "<=",
+                80,
+                f"ms, {parallel['pool']} pool, {parallel['samples']} answers; p95 "
+                f"{_fmt(parallel['latency']['p95'], 1000, 1)} ms; raw Celery's chord of "
+                f"{parallel['calls_per_answer']} p50 "
+                f"{_fmt(parallel['raw_celery_chord']['p50'], 1000, 1)} ms",
             )
 
     def to_json(self) -> dict[str, Any]:
@@ -196,10 +276,13 @@ class Report:
                 for w, by_system in self.results.items()
             },
             "ratios": {w: self.ratios(w) for w in self.results},
+            "ratios_by_system": self.system_ratios(),
             "spread": self.spread,
             "idle": self.idle,
             "half_load": self.half_load,
             "push_load": self.push_load,
+            "inline": self.inline,
+            "features": self.features,
             "targets": [t.to_json() for t in self.targets()],
         }
 
@@ -224,6 +307,14 @@ def _list(values: list[float]) -> str:
     share = (max(values) - min(values)) / middle if middle else math.nan
     shown = ", ".join(f"{v:,.0f}" for v in values)
     return f"[{shown}], median {middle:,.0f}, spread {share:.0%}"
+
+
+def _cpu(phase: dict[str, Any]) -> str:
+    """A half-load run's CPU per call: toolfan's processes, and the API stand-in's."""
+    cpu = phase.get("cpu_ms_per_call")
+    if not cpu:
+        return "CPU per call not measured"
+    return f"CPU per call {cpu['toolfan']:.2f} ms (+ the API's {cpu['emulator']:.2f} ms)"
 
 
 def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
@@ -260,6 +351,10 @@ def lines(report: Report) -> list[str]:
     for workload in report.results:
         parts = [f"{k} {_fmt(v, digits=2)}" for k, v in report.ratios(workload).items()]
         out.append(f"toolfan / baseline ({workload}): " + ", ".join(parts))
+        if report.get(workload, ASSISTANTS) is not None:
+            ours = report.ratios(workload, ASSISTANTS)
+            parts = [f"{k} {_fmt(v, digits=2)}" for k, v in ours.items() if RAW in k]
+            out.append(f"{SYSTEMS[ASSISTANTS]} / baseline ({workload}): " + ", ".join(parts))
     out.append("")
     for workload, runs in report.spread.items():
         for system in SYSTEMS:
@@ -267,6 +362,42 @@ def lines(report: Report) -> list[str]:
                 out.append(
                     f"{workload} {SYSTEMS[system]}: calls/s per repetition " + _list(runs[system])
                 )
+    out += feature_lines(report.features)
+    out += idle_lines(report.idle)
     out.append("")
     out += [t.line() for t in report.targets()]
     return out
+
+
+def idle_lines(idle: dict[str, Any]) -> list[str]:
+    """The steady cost of one idle session an hour, with webhooks and the 60 s poll."""
+    hourly = idle.get("per_session_per_hour_with_webhooks")
+    if not hourly:
+        return []
+    return [
+        "",
+        f"one idle session an hour, with webhooks and a 60 s safety-net poll: "
+        f"{hourly['list_requests']:.2f} list requests, "
+        f"{hourly['poller_cpu_seconds'] * 1e3:.2f} ms of poller CPU, "
+        f"{hourly['redis_commands']:.2f} Redis commands, no webhook deliveries "
+        f"(from {idle['sessions']:,} idle sessions, {idle['passes']} passes)",
+    ]
+
+
+def feature_lines(features: dict[str, Any]) -> list[str]:
+    """What a policy and an approval cost per call in use, against plain runs between."""
+    out = []
+    for name in ("policy", "approval"):
+        used = features.get(name)
+        if not used:
+            continue
+        out.append(
+            f"{name} in use ({used['tool']}, {used['runs']} x {used['calls']} calls): "
+            f"+{used['extra_cpu_ms_per_call']:.3f} ms CPU and "
+            f"+{used['extra_redis_commands_per_call']:.1f} Redis commands per call "
+            f"({used['cpu_ms_per_call']:.3f} against {used['plain_cpu_ms_per_call']:.3f} ms, "
+            f"{used['redis_commands_per_call']:.1f} against "
+            f"{used['plain_redis_commands_per_call']:.1f}); p50 "
+            f"{used['latency_p50']:.2f} s against {used['plain_latency_p50']:.2f} s"
+        )
+    return ["", *out] if out else []

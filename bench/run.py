@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import os
-import platform
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
+from bench.assistants import measure_assistants
 from bench.config import BenchConfig, Workload
 from bench.emu import Emulator
 from bench.engine import run_raw, run_toolfan
-from bench.figures import LOOP, RAW, THREADS, TOOLFAN, Measurement
+from bench.features import run_features
+from bench.figures import ASSISTANTS, LOOP, RAW, THREADS, TOOLFAN, Measurement
+from bench.inline import run_inline
 from bench.inprocess import run_inprocess
-from bench.measure import foreign_clients
+from bench.measure import foreign_clients, machine
 from bench.phases import run_half_load, run_idle, run_push_load
 from bench.plot import draw
 from bench.report import Report, lines
 from bench.stack import BenchStack
+from dispatcher.devstack import Service
 
 #: Sessions of the warm-up passes, whose figures are thrown away.
 WARM_UP = 4
@@ -44,33 +46,29 @@ def use_stack_env(env: dict[str, str]) -> None:
 
 
 def run_workload(stack: BenchStack, emu: Emulator, workload: Workload, report: Report) -> None:
-    """Measure raw Celery, then toolfan, on the same workers; then the in-process baselines.
+    """Measure raw Celery and toolfan in turn on the same workers; then the other rows.
 
     Each throughput is measured ``--reps`` times: the table shows the median repetition,
-    and the report keeps every one (the spread). Raw Celery runs before the poller starts,
-    so no poll pass lands in its CPU or Redis counts.
+    and the report keeps every one (the spread). Raw Celery and toolfan alternate, one
+    repetition each, so a machine that speeds up or slows down during the run moves both
+    alike and each pair's ratio stays fair; raw Celery runs while no poller runs, so no poll
+    pass lands in its CPU or Redis counts.
     """
     config = stack.config
-    runs: dict[str, list[Measurement]] = {}
+    runs: dict[str, list[Measurement]] = {RAW: [], TOOLFAN: []}
     with stack.workers(workload) as workers:
-        say(f"{workload.name}: raw Celery, {workload.sessions} chords of {workload.calls}")
+        size = f"{workload.sessions} x {workload.calls}"
+        say(f"{workload.name}: raw Celery and toolfan in turn, {size}")
         run_raw(stack, workload, workers, WARM_UP)
-        runs[RAW] = [repeat(run_raw, stack, workload, workers) for _ in range(config.reps)]
-        with stack.poller() as poller:
-            say(f"{workload.name}: toolfan, {workload.sessions} sessions x {workload.calls}")
-            run_toolfan(stack, emu, workload, (workers, poller), WARM_UP)
-            runs[TOOLFAN] = [
-                repeat(run_toolfan, stack, emu, workload, (workers, poller))
-                for _ in range(config.reps)
-            ]
-            peak = median(runs[TOOLFAN]).calls_per_s
-            if workload.name == "noop":
-                say(f"half of peak load: {peak / 2:.0f} calls/s for {config.half_load_seconds:g} s")
-                report.half_load = run_half_load(stack, emu, workload, peak)
+        for _ in range(config.reps):
+            runs[RAW].append(repeat(run_raw, stack, workload, workers))
+            with stack.poller() as poller:
+                run_toolfan(stack, emu, workload, (workers, poller), WARM_UP)
+                runs[TOOLFAN].append(repeat(run_toolfan, stack, emu, workload, (workers, poller)))
+        run_inline(stack, workload, workers, report.inline, say)
+        peak = median(runs[TOOLFAN]).calls_per_s
         if workload.name == "noop":
-            say(f"half of peak load, pushed: {peak / 2:.0f} calls/s through the webhook intake")
-            with stack.pusher() as intake:
-                report.push_load = run_push_load(stack, emu, workload, peak, intake)
+            run_noop_phases(stack, emu, workload, (workers, peak), runs, report)
     for system in (THREADS, LOOP):
         say(f"{workload.name}: in-process {system}")
         runs[system] = [
@@ -79,6 +77,33 @@ def run_workload(stack: BenchStack, emu: Emulator, workload: Workload, report: R
         ]
     report.results[workload.name] = {system: median(ms) for system, ms in runs.items()}
     report.spread[workload.name] = spread(runs)
+
+
+def run_noop_phases(
+    stack: BenchStack,
+    emu: Emulator,
+    workload: Workload,
+    fleet: tuple[list[Service], float],
+    runs: dict[str, list[Measurement]],
+    report: Report,
+) -> None:
+    """On the no-op workers: half of peak load, the features, the runs row, the pushes.
+
+    ``fleet`` is the running workers and toolfan's peak throughput (calls/s) on them.
+    """
+    workers, peak = fleet
+    half = stack.config.half_load_seconds
+    with stack.poller() as poller:
+        run_toolfan(stack, emu, workload, (workers, poller), WARM_UP)
+        say(f"half of peak load: {peak / 2:.0f} calls/s for {half:g} s")
+        report.half_load = run_half_load(stack, emu, workload, peak)
+        say("policies and approvals: unused, then in use")
+        report.features = run_features(stack, emu, workload, (workers, poller), runs[TOOLFAN])
+    say(f"noop: toolfan runs, {workload.sessions} runs x {workload.calls} (assistants)")
+    runs[ASSISTANTS] = measure_assistants(stack, emu, workload, workers, WARM_UP)
+    say(f"half of peak load, pushed: {peak / 2:.0f} calls/s through the webhook intake")
+    with stack.pusher() as intake:
+        report.push_load = run_push_load(stack, emu, workload, peak, intake)
 
 
 def repeat(measure: Callable[..., Measurement], *args: Any) -> Measurement:
@@ -99,17 +124,16 @@ def spread(runs: dict[str, list[Measurement]]) -> dict[str, Any]:
     out: dict[str, Any] = {s: [m.calls_per_s for m in ms] for s, ms in runs.items()}
     pairs = zip(runs.get(TOOLFAN, []), runs.get(RAW, []), strict=False)
     out["toolfan_vs_raw_celery"] = [t.calls_per_s / r.calls_per_s for t, r in pairs]
+    if ASSISTANTS in runs:
+        pairs = zip(runs[ASSISTANTS], runs.get(RAW, []), strict=False)
+        out[f"{ASSISTANTS}_vs_raw_celery"] = [t.calls_per_s / r.calls_per_s for t, r in pairs]
     return out
 
 
 def describe(config: BenchConfig) -> dict[str, Any]:
     """What the figures were measured on and with."""
     return {
-        "started": datetime.now(UTC).isoformat(timespec="seconds"),
-        "cpus": os.cpu_count(),
-        "load_average_at_start": os.getloadavg(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
+        **machine(),
         "poll_interval": config.poll_interval,
         "reps": config.reps,
         "quick": config.quick,

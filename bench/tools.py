@@ -16,7 +16,7 @@ from functools import cache
 import redis
 from celery import shared_task
 
-from handlers import tool
+from handlers import Allow, CallContext, tool
 
 #: What every bench call returns: short, so output handling costs next to nothing.
 OUTPUT = "ok"
@@ -29,6 +29,33 @@ RAW_COLLECT = "bench.raw_collect"
 def bench_noop() -> str:
     """Return at once: what remains is toolfan's own cost per call."""
     return OUTPUT
+
+
+def allow_all(tool_name: str, args: dict[str, object], ctx: CallContext) -> Allow:
+    """A policy that lets every call through: its cost is the policy machinery's own."""
+    return Allow()
+
+
+@tool(timeout=10, authorize=allow_all)
+def bench_noop_policy() -> str:
+    """The no-op tool under a policy (the bench's features phase)."""
+    return OUTPUT
+
+
+@tool(timeout=10, requires_approval=True)
+def bench_noop_approved() -> str:
+    """The no-op tool needing approval; the bench approves each call as it is asked."""
+    return OUTPUT
+
+
+#: The error every ``bench_fail`` call raises: the soak checks it comes back as a failure.
+FAILURE = "bench_fail always fails"
+
+
+@tool(timeout=10)
+def bench_fail() -> str:
+    """Raise: a failing call must be answered once, as a failure, like any other call."""
+    raise RuntimeError(FAILURE)
 
 
 @tool(timeout=10)

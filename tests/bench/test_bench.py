@@ -7,20 +7,27 @@ its own Redis databases (4 and 5), apart from the suite's 8 to 15.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
-import time
 from typing import Any
 
 import pytest
 
-from tests.services import ROOT
+from tests.bench.runs import run_bench
 
 SYSTEMS = ("toolfan", "raw_celery", "threads", "loop")
+#: Rows only some workloads have: the no-op workload's runs on the ``assistants`` source.
+EXTRA_SYSTEMS = {"noop": {"assistants"}}
+#: The target of the ``assistants`` row.
+ASSISTANTS_TARGETS = ("no-op throughput, assistants source / raw Celery",)
 QUICK_IDLE = 500
+#: The target of policies and approvals left unused.
+FEATURES_TARGET = "policy and approval check when unused, share of CPU per call"
+#: The targets of ``toolfan.run_tool_calls`` (the ``inline`` rows).
+INLINE_TARGETS = (
+    "run_tool_calls no-op throughput / raw Celery",
+    "one no-op run_tool_calls p50 over an in-process call",
+    "8 x 50 ms run_tool_calls p50",
+)
 
 
 def _positive(value: Any) -> bool:
@@ -30,24 +37,7 @@ def _positive(value: Any) -> bool:
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("bench")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("PYTEST_CURRENT_TEST", None)
-    started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--out", str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=170,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return {
-        "json": json.loads((out / "bench.json").read_text()),
-        "stdout": done.stdout,
-        "out": out,
-        "seconds": time.monotonic() - started,
-    }
+    return run_bench(["--quick"], out, "bench.json", 170)
 
 
 @pytest.mark.timeout(180)
@@ -55,7 +45,7 @@ def test_every_workload_and_system_is_measured_and_sane(bench: dict[str, Any]) -
     workloads = bench["json"]["workloads"]
     assert set(workloads) == {"noop", "io"}
     for name, by_system in workloads.items():
-        assert set(by_system) == set(SYSTEMS), name
+        assert set(by_system) == set(SYSTEMS) | EXTRA_SYSTEMS.get(name, set()), name
         for system, m in by_system.items():
             where = f"{name}/{system}"
             for key in ("calls_per_s", "sessions_per_s", "seconds", "cpu_seconds_per_call"):
@@ -63,7 +53,7 @@ def test_every_workload_and_system_is_measured_and_sane(bench: dict[str, Any]) -
             p = m["latency"]
             assert _positive(p["p50"]) and p["p50"] <= p["p95"] <= p["p99"], (where, p)
             assert m["calls"] == m["sessions"] * bench["json"]["info"]["workloads"][name]["calls"]
-            if system in ("toolfan", "raw_celery"):
+            if system in ("toolfan", "raw_celery", "assistants"):
                 assert _positive(m["redis_commands_per_call"]), where
         toolfan = by_system["toolfan"]
         assert _positive(toolfan["api_requests_per_poll"])
@@ -117,15 +107,121 @@ def test_ratios_idle_pass_and_half_load(bench: dict[str, Any]) -> None:
     path, engine = push["push_to_retrieve"], push["retrieve_to_accepted"]
     assert _positive(path["p50"]) and _positive(engine["p50"])
     assert path["p50"] < push["latency"]["p50"] and engine["p50"] < push["latency"]["p50"]
+    for phase in (half, push):
+        assert _positive(phase["cpu_ms_per_call"]["toolfan"]), phase["cpu_ms_per_call"]
+        assert _positive(phase["cpu_ms_per_call"]["emulator"]), phase["cpu_ms_per_call"]
 
 
 @pytest.mark.timeout(180)
 def test_targets_are_printed_and_files_written(bench: dict[str, Any]) -> None:
     targets = bench["json"]["targets"]
-    assert len(targets) == 11
+    names = {t["name"] for t in targets}
+    assert len(names) == len(targets) == 11 + len(INLINE_TARGETS) + len(ASSISTANTS_TARGETS) + 1
+    assert {*INLINE_TARGETS, *ASSISTANTS_TARGETS, FEATURES_TARGET} <= names
     assert all(isinstance(t["passed"], bool) and t["measured"] is not None for t in targets)
     verdicts = [line for line in bench["stdout"].splitlines() if line.startswith(("PASS", "FAIL"))]
     assert len(verdicts) == len(targets)
     assert (bench["out"] / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "calls/s" in (bench["out"] / "bench.txt").read_text()
     print(f"python -m bench --quick took {bench['seconds']:.1f} s")
+
+
+@pytest.mark.timeout(180)
+def test_features_unused_and_in_use_are_measured(bench: dict[str, Any]) -> None:
+    features = bench["json"]["features"]
+    unused = features["unused"]
+    # The check is timed for real: a positive time, far below a whole call's CPU.
+    assert _positive(unused["check_seconds_per_call"])
+    assert 0 < unused["share_of_cpu_per_call"] < 0.01
+    for name, tool in (("policy", "bench_noop_policy"), ("approval", "bench_noop_approved")):
+        used = features[name]
+        assert used["tool"] == tool and used["failed_events"] == 0
+        per_session = bench["json"]["info"]["workloads"]["noop"]["calls"]
+        assert used["sessions_answered"] == [used["calls"] // per_session] * used["runs"]
+        assert _positive(used["cpu_ms_per_call"]) and _positive(used["plain_cpu_ms_per_call"])
+        assert f"{name} in use ({tool}" in bench["stdout"]
+    # Every approval was asked and given, once per call: the calls really waited for it.
+    approval = features["approval"]
+    assert approval["approved"] == approval["calls"]
+    assert approval["latency_p50"] > approval["plain_latency_p50"]
+
+
+def test_an_idle_sessions_hourly_cost_with_webhooks_is_reported(bench: dict[str, Any]) -> None:
+    idle = bench["json"]["idle"]
+    hourly = idle["per_session_per_hour_with_webhooks"]
+    # 60 safety-net passes an hour, each one page request per 100 sessions.
+    assert hourly["list_requests"] == pytest.approx(60 / 100)
+    assert _positive(hourly["poller_cpu_seconds"]) and hourly["webhook_deliveries"] == 0
+    assert "one idle session an hour" in bench["stdout"]
+
+
+@pytest.mark.timeout(180)
+def test_the_assistants_row_answers_every_run_exactly_once(bench: dict[str, Any]) -> None:
+    data = bench["json"]
+    runs = data["workloads"]["noop"]["assistants"]
+    per_run = data["info"]["workloads"]["noop"]["calls"]
+    assert runs["sessions"] == data["workloads"]["noop"]["toolfan"]["sessions"]
+    extra = runs["extra"]
+    # Every run watched, answered by exactly one submit carrying every one of its calls.
+    assert extra["runs"] == extra["runs_watched"] == runs["sessions"]
+    assert extra["submits"] == extra["runs_answered"] == extra["runs_answered_once"]
+    assert extra["runs_answered_once"] == runs["sessions"]
+    assert extra["outputs"] == runs["calls"] == runs["sessions"] * per_run
+    assert extra["failed_outputs"] == 0 and extra["lost_answers"] == 0
+    assert extra["submit_requests"] == runs["sessions"] and extra["poll_passes"] >= 1
+    # One read per watched run a pass at least, and the watch is on the clock.
+    assert extra["retrieve_requests"] >= runs["sessions"]
+    assert 0 <= extra["watch_seconds"] < runs["seconds"]
+    assert _positive(extra["poller_cpu_seconds"])
+    spread = data["spread"]["noop"]
+    assert len(spread["assistants"]) == len(spread["assistants_vs_raw_celery"]) == 2
+    ratios = data["ratios_by_system"]["noop"]["assistants"]
+    for key in ("throughput_vs_raw_celery", "cpu_vs_raw_celery", "redis_vs_raw_celery"):
+        assert _positive(ratios[key]), key
+    (target,) = ASSISTANTS_TARGETS
+    assert next(t for t in data["targets"] if t["name"] == target)["measured"] is not None
+    assert any(target in line for line in bench["stdout"].splitlines())
+    assert "toolfan runs" in bench["stdout"]
+
+
+def _answered_once(row: dict[str, Any], batches: int, calls: int) -> None:
+    """Every batch returned, every call answered once in its place, with the tool's output."""
+    assert row["batches"] == batches and row["calls"] == batches * calls, row
+    assert row["answered"] == row["successes"] == row["calls"], row
+    assert row["failures"] == [], row
+
+
+@pytest.mark.timeout(180)
+def test_run_tool_calls_rows_are_measured_and_accounted_for(bench: dict[str, Any]) -> None:
+    data = bench["json"]
+    inline, noop = data["inline"], data["info"]["workloads"]["noop"]
+    throughput = inline["throughput"]
+    assert len(throughput["calls_per_s"]) == len(throughput["repetitions"]) == data["info"]["reps"]
+    assert all(_positive(v) for v in throughput["calls_per_s"])
+    middle = (len(throughput["calls_per_s"]) - 1) // 2
+    assert throughput["median"]["calls_per_s"] == sorted(throughput["calls_per_s"])[middle]
+    for m in throughput["repetitions"]:
+        assert m["system"] == "run_tool_calls" and m["sessions"] == noop["sessions"]
+        _answered_once(m["extra"], noop["sessions"], noop["calls"])
+        for key in ("seconds", "cpu_seconds_per_call", "redis_commands_per_call"):
+            assert _positive(m[key]), key
+        assert _positive(m["extra"]["caller_cpu_seconds"]) and m["extra"]["callers"] >= 1
+        p = m["latency"]
+        assert 0 < p["p50"] <= p["p95"] <= p["p99"] <= m["seconds"]
+    single = inline["single_call"]
+    _answered_once(single, single["samples"], 1)
+    assert single["samples"] == 30 and _positive(single["in_process"]["p50"])
+    # The fleet's answer takes longer than the bare function, so the overhead is positive.
+    assert 0 < single["overhead_p50"] < single["run_tool_calls"]["p50"]
+    # Raw Celery's chord of one bare task on the same workers: the engine's own floor.
+    assert _positive(single["raw_celery_chord"]["p50"])
+    parallel = inline["parallel"]
+    _answered_once(parallel, parallel["samples"], parallel["calls_per_answer"])
+    assert parallel["samples"] == 15 and parallel["calls_per_answer"] == 8
+    # Eight 50 ms calls take at least one call's 50 ms, and never eight in a row.
+    assert 0.05 <= parallel["latency"]["p50"] < 8 * 0.05
+    assert 0.05 <= parallel["raw_celery_chord"]["p50"] < 8 * 0.05
+    by_name = {t["name"]: t for t in data["targets"]}
+    for name in INLINE_TARGETS:
+        assert _positive(by_name[name]["measured"]), name
+        assert any(name in line for line in bench["stdout"].splitlines()), name

@@ -1,5 +1,9 @@
 """``python -m bench`` (``make bench``): the benchmark, from a source checkout only.
 
+``python -m bench`` runs the targets' bench; ``python -m bench curves`` draws the cost
+curves and ``python -m bench soak`` runs the long mixed load with faults (each has its own
+``--help``).
+
 The bench lives outside the product's packages: it is not in the wheel, and no toolfan
 command imports it. It drives the real commands (``toolfan worker``, ``toolfan poll``,
 ``toolfan webhook``, ``toolfan emulator``) as subprocesses, with their default settings
@@ -47,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(flushed at start and end), runs no-op and 50 ms I/O workloads through toolfan and "
         "three baselines, polls idle sessions, and checks the performance targets. Writes "
         "bench.json, bench.txt and bench.png to --out. Exits 0 even when a target fails.",
+        epilog="Also: 'python -m bench curves --help' (cost curves against raw Celery) and "
+        "'python -m bench soak --help' (a long mixed load with faults).",
     )
     defaults = BenchConfig()
     for flag, field, kind, text in NUMBERS:
@@ -88,8 +94,19 @@ def bench_config(args: argparse.Namespace) -> BenchConfig:
     )
 
 
+#: ``python -m bench NAME ...``: the other runs, each a module with its own ``main(argv)``.
+SUBCOMMANDS = ("curves", "soak")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the options and run the bench."""
+    """Parse the options and run the bench (or hand over to a subcommand's module)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        import importlib
+
+        module = importlib.import_module(f"bench.{argv[0]}")
+        code: int = module.main(argv[1:])
+        return code
     args = build_parser().parse_args(argv)
     if args.reps < 1:
         print("python -m bench: --reps must be at least 1", file=sys.stderr)

@@ -10,8 +10,14 @@ not in the wheel, and imported by no toolfan command.
 Modules: ``config`` (options), ``tools`` (the bench tools and raw Celery tasks, imported by
 workers), ``stack`` (processes), ``emu`` (the emulator's admin routes), ``measure`` (CPU,
 Redis commands, percentiles), ``figures`` (one measurement), ``engine`` (toolfan and raw
-Celery runs), ``inprocess`` (the loop and thread-pool baselines), ``phases`` (idle polling,
-half load), ``report`` (table, targets, JSON), ``plot`` (PNG), ``run`` (the whole run).
+Celery runs), ``assistants`` (the no-op workload as watched runs of the ``assistants``
+source, on the same workers), ``inline`` (``toolfan.run_tool_calls``: throughput, latency on
+a warm fleet),
+``inprocess`` (the loop and thread-pool baselines), ``phases`` (idle polling,
+half load), ``report`` (table, targets, JSON), ``plot`` (PNG), ``run`` (the whole run),
+``curves`` and ``curves_plot`` (``python -m bench curves``: cost curves against raw Celery),
+``soak``, ``soak_load``, ``soak_sample`` and ``soak_report`` (``python -m bench soak``: a
+long mixed load with faults on; memory, keys, pub/sub, connections and p95 over time).
 This module imports nothing, so a worker importing ``bench.tools`` pays for
 nothing else.
 """

@@ -1,0 +1,273 @@
+"""The soak's verdicts, text and picture, from its time series.
+
+Growth is measured from the first steady samples (after the warm-up, once caches are warm
+and the ledger holds a full TTL of records) to the last ones, each end the median of
+:data:`ENDS` samples, so one sample taken during a burst or a restart moves neither end.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.report import Target
+
+Sample = dict[str, Any]
+#: Samples at each end of the steady part whose median is that end's value.
+ENDS = 3
+#: Most memory growth allowed from the first steady samples to the last, in %. Warm Python
+#: processes still move by a few MB (allocator arenas, lazily filled caches) and Redis by
+#: the Poisson load's swing in records within one TTL; a leak of a single 100-byte object
+#: per call grows a 100 MB worker by 27 % over 30 minutes at 150 calls/s, well beyond it.
+MEMORY_GROWTH_LIMIT = 10.0
+#: How much slower the last p95 window may be than the first steady one: twice the spread
+#: of p95 between windows of one steady run, so only a trend (a queue that builds, a pass
+#: that lengthens with every session ever seen) fails it.
+P95_RATIO_LIMIT = 1.5
+#: Memory roles judged: the workers and poller that live the whole run, and Redis.
+MEMORY_ROLES = {
+    "worker-prefork": "prefork worker (main + pool processes) RSS",
+    "worker-threads": "threads worker RSS",
+    "poller": "poller RSS",
+    "redis": "Redis used_memory",
+}
+
+
+def memory_of(sample: Sample, role: str) -> float:
+    """Bytes of one role in a sample (Redis's ``used_memory`` or a process tree's RSS)."""
+    if role == "redis":
+        return float(sample["redis"]["used_memory"])
+    return float(sample["rss"].get(role, math.nan))
+
+
+def ends(
+    series: Sequence[Sample], warmup: float, value: Callable[[Sample], float]
+) -> tuple[float, float]:
+    """Median of the first and of the last :data:`ENDS` steady samples."""
+    steady = steady_part(series, warmup)
+    if not steady:
+        return math.nan, math.nan
+    first = [value(s) for s in steady[:ENDS]]
+    last = [value(s) for s in steady[-ENDS:]]
+    return statistics.median(first), statistics.median(last)
+
+
+def steady_part(series: Sequence[Sample], warmup: float) -> list[Sample]:
+    """The samples after the warm-up (all of them when none are)."""
+    steady = [s for s in series if s["t"] >= warmup]
+    return steady or list(series)
+
+
+def growth(first: float, last: float) -> float:
+    """Growth from ``first`` to ``last`` in %."""
+    return (last - first) / first * 100 if first else math.nan
+
+
+def slope_per_hour(
+    series: Sequence[Sample], warmup: float, value: Callable[[Sample], float]
+) -> float:
+    """Least-squares slope of a value over the steady samples, per hour."""
+    steady = steady_part(series, warmup)
+    points = [(s["t"], value(s)) for s in steady if math.isfinite(value(s))]
+    if len(points) < 2 or len({t for t, _ in points}) < 2:
+        return math.nan
+    xs, ys = zip(*points, strict=True)
+    return statistics.linear_regression(xs, ys).slope * 3600
+
+
+def memory_table(series: Sequence[Sample], warmup: float) -> dict[str, dict[str, float]]:
+    """Per role: first and last steady bytes, growth %, and slope in bytes and % per hour."""
+    table = {}
+    for role in MEMORY_ROLES:
+
+        def value(s: Sample, role: str = role) -> float:
+            return memory_of(s, role)
+
+        first, last = ends(series, warmup, value)
+        slope = slope_per_hour(series, warmup, value)
+        table[role] = {
+            "first_bytes": first,
+            "last_bytes": last,
+            "growth_pct": growth(first, last),
+            "slope_bytes_per_hour": slope,
+            "slope_pct_per_hour": slope / first * 100 if first else math.nan,
+        }
+    return table
+
+
+def count_limit(first: float) -> float:
+    """Allowed rise of a count (connections, channels): 2, or 10 % of a large count.
+
+    A restart or a burst opens a connection or two for a moment; a leak opens one per
+    call, session or restart and keeps it, which outgrows this within minutes.
+    """
+    return max(2.0, 0.1 * first) if math.isfinite(first) else 2.0
+
+
+def targets(soak: dict[str, Any]) -> list[Target]:
+    """The soak's verdicts: flat memory, no leaked keys, channels and connections, p95, once."""
+    series, warmup = soak["series"], soak["config"]["warmup"]
+    out = []
+    for role, what in MEMORY_ROLES.items():
+        row = soak["memory"][role]
+        detail = (
+            f"{row['first_bytes'] / 1e6:.1f} -> {row['last_bytes'] / 1e6:.1f} MB, "
+            f"slope {row['slope_bytes_per_hour'] / 1e6:+.1f} MB/h"
+        )
+        out.append(Target(f"{what} growth %", row["growth_pct"], "<=", MEMORY_GROWTH_LIMIT, detail))
+    first, last = ends(series, warmup, lambda s: float(s["redis"]["no_ttl_unexpected"]))
+    out.append(
+        Target(
+            "keys without TTL beyond the persistent set, growth",
+            last - first,
+            "<=",
+            0,
+            f"{first:g} -> {last:g} keys (broker queues and unacked bookkeeping excluded)",
+        )
+    )
+    for name, path in (
+        ("pub/sub channels", ("pubsub", "channels")),
+        ("connections", ("clients", "ours")),
+    ):
+
+        def value(s: Sample, path: tuple[str, str] = path) -> float:
+            return float(s["redis"][path[0]][path[1]])
+
+        first, last = ends(series, warmup, value)
+        out.append(
+            Target(
+                f"{name}, growth", last - first, "<=", count_limit(first), f"{first:g} -> {last:g}"
+            )
+        )
+    out.append(_p95_target(soak["windows"], warmup))
+    tally = soak["tally"]
+    out.append(
+        Target(
+            "sessions not answered exactly once",
+            float(tally["missing"] + tally["duplicated"] + tally["wrong"]),
+            "==",
+            0,
+            f"{tally['sessions']:,} sessions, {tally['calls']:,} calls: "
+            f"{tally['missing']} missing, {tally['duplicated']} duplicated, "
+            f"{tally['wrong']} wrong, "
+            f"{tally['failures_answered']:,} failures answered as failures",
+        )
+    )
+    return out
+
+
+def _p95_target(windows: Sequence[dict[str, Any]], warmup: float) -> Target:
+    """The last window's p95 against the first steady one's."""
+    full = [w for w in windows if w["sessions"]]
+    steady = [w for w in full if w["start"] >= warmup] or full
+    if not steady:
+        return Target(
+            "p95 time to answer, last window / first steady",
+            None,
+            "<=",
+            P95_RATIO_LIMIT,
+            "no window",
+        )
+    first, last = steady[0], steady[-1]
+    ratio = last["p95"] / first["p95"] if first["p95"] else math.nan
+    detail = (
+        f"{first['p95']:.3f} s at {first['start']:.0f} s -> {last['p95']:.3f} s at "
+        f"{last['start']:.0f} s; windows of {first['end'] - first['start']:.0f} s"
+    )
+    return Target(
+        "p95 time to answer, last window / first steady", ratio, "<=", P95_RATIO_LIMIT, detail
+    )
+
+
+def lines(soak: dict[str, Any]) -> list[str]:
+    """The text report: what ran, the memory table, persistent keys, verdicts."""
+    info, tally, faults = soak["info"], soak["tally"], soak["faults"]
+    out = [
+        f"soak: {info['load_seconds']:.0f} s of load ({soak['config']['warmup']:g} s warm-up), "
+        f"{info['rate_calls_per_s']:.1f} calls/s offered "
+        f"({info['rate_source']}), {info['answered_calls_per_s']:.1f} calls/s answered",
+        f"soak: {tally['sessions']:,} sessions, {tally['calls']:,} calls "
+        f"({tally['hostile_sessions']} with hostile ids), "
+        f"{tally['failures_answered']:,} failing calls",
+        f"soak: faults: {faults['worker_kills']} workers SIGKILLed, "
+        f"{faults['poller_restarts']} poller restarts, API {faults['api'].get('error', 0)} 500s, "
+        f"{faults['api'].get('throttle', 0)} 429s, {faults['api'].get('lost', 0)} lost 202s, "
+        f"{faults['api'].get('replayed', 0)} replays; {info['epochs']} emulator epochs "
+        f"({info['epochs_skipped']} resets postponed)",
+        "",
+        f"{'memory':<16}{'first MB':>10}{'last MB':>10}{'growth %':>10}{'MB/h':>10}{'%/h':>9}",
+    ]
+    for role, row in soak["memory"].items():
+        out.append(
+            f"{role:<16}{row['first_bytes'] / 1e6:>10.1f}{row['last_bytes'] / 1e6:>10.1f}"
+            f"{row['growth_pct']:>10.1f}{row['slope_bytes_per_hour'] / 1e6:>10.1f}"
+            f"{row['slope_pct_per_hour']:>9.1f}"
+        )
+    out += ["", "keys without TTL at the last sample, by pattern (broker, ledger):"]
+    last = soak["series"][-1]["redis"]["no_ttl"] if soak["series"] else {}
+    for role, patterns in last.items():
+        for name, count in sorted(patterns.items()):
+            out.append(f"  {role:<7} {count:>6}  {name}")
+    out.append("")
+    out += [t.line() for t in soak["targets_evaluated"]]
+    return out
+
+
+def draw(soak: dict[str, Any], path: Path) -> None:
+    """Four panels over time: memory, keys, pub/sub and connections, p95 per window."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = soak["series"]
+    minutes = [s["t"] / 60 for s in series]
+    fig, axes = plt.subplots(2, 2, figsize=(15, 9), sharex=True)
+    mem, keys, conns, p95 = axes.flat
+    for role, row in soak["memory"].items():
+        base = row["first_bytes"]
+        label = f"{role} ({base / 1e6:.1f} MB)"
+        mem.plot(minutes, [memory_of(s, role) / base * 100 - 100 for s in series], label=label)
+    mem.axhline(MEMORY_GROWTH_LIMIT, color="#d62728", linestyle="--", linewidth=1)
+    mem.set_ylabel("% against the first steady samples")
+    mem.set_title("Memory growth (RSS of process trees; Redis used_memory)")
+    for role in ("broker", "ledger"):
+        keys.plot(minutes, [s["redis"]["keys"][role] for s in series], label=f"{role} keys")
+    keys.plot(
+        minutes, [s["redis"]["no_ttl_unexpected"] for s in series], label="without TTL (not queues)"
+    )
+    keys.set_yscale("symlog")
+    keys.set_title("Keys (DBSIZE), and keys without TTL beyond the broker's queues")
+    conns.plot(minutes, [s["redis"]["clients"]["ours"] for s in series], label="connections")
+    conns.plot(
+        minutes, [s["redis"]["pubsub"]["channels"] for s in series], label="pub/sub channels"
+    )
+    conns.plot(
+        minutes, [s["redis"]["pubsub"]["subscriptions"] for s in series], label="subscriptions"
+    )
+    conns.set_title("Redis connections (bench databases) and pub/sub")
+    windows = [w for w in soak["windows"] if w["sessions"]]
+    mids = [(w["start"] + w["end"]) / 120 for w in windows]
+    p95.plot(mids, [w["p95"] for w in windows], marker="o", label="p95")
+    p95.plot(mids, [w["p50"] for w in windows], marker=".", label="p50")
+    p95.set_ylabel("seconds")
+    p95.set_title("Time to answer per window of seeding time")
+    warmup = soak["config"]["warmup"] / 60
+    for ax in axes.flat:
+        ax.axvline(warmup, color="grey", linestyle=":", linewidth=1)
+        for event in soak["events"]:
+            colour = "#d62728" if event["kind"] == "kill_worker" else "#9467bd"
+            ax.axvline(event["t"] / 60, color=colour, alpha=0.3, linewidth=1)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    for ax in (p95, conns):
+        ax.set_xlabel(
+            "minutes (dotted: end of warm-up; red: worker SIGKILL; purple: poller restart)"
+        )
+    fig.suptitle(f"toolfan soak: {soak['info']['started']}", fontsize=12)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

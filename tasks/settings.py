@@ -88,6 +88,12 @@ class Settings(BaseModel):
         description="how runs are found: watched only, or also the recent threads (Foundry)",
     )
     runs_max_threads: int = Field(1000, gt=0, description="threads a discovering pass reads")
+    runs_recheck: float = Field(
+        1.0,
+        ge=0,
+        description="seconds between reads of a watched run whose phase is in flight "
+        "(0: every pass)",
+    )
     model: str = Field(
         "gpt-4.1-mini", min_length=1, description="the model a tool loop calls by default"
     )

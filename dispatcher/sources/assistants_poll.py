@@ -1,6 +1,10 @@
 """One pass over the watched runs (and, on Foundry, the recent threads' runs).
 
-Each watched run is read once a pass (one request). A run waiting in ``requires_action``
+Each watched run is read once a pass (one request), except a run whose phase is in flight
+under a claim (this poller's or another's): nothing about it can change but a cancel, a
+failure or an expiry, so it is read again only ``TOOLFAN_RUNS_RECHECK`` seconds (1) after
+its last read, and a fast loop does not read hundreds of busy runs five times a second. A run
+waiting in ``requires_action``
 is one batch, handed to the engine's dispatcher (claims, chords, expiry at the run's own
 ``expires_at``); a run that is over, or past its ``expires_at``, is no longer watched.
 With ``TOOLFAN_RUNS_DISCOVER=threads`` (Foundry only, the one flavour that lists threads)
@@ -48,6 +52,7 @@ class RunsSummary:
     calls_resubmitted: int = 0
     calls_expired: int = 0
     skipped_in_flight: int = 0
+    runs_resting: int = 0
     stale_claims: int = 0
     skipped_submitted: int = 0
     runs_finished: int = 0
@@ -69,7 +74,8 @@ class RunsSummary:
             f"{self.calls_dispatched} calls dispatched in {self.runs_dispatched} runs, "
             f"{self.calls_resubmitted} saved results resubmitted, {self.calls_expired} "
             f"answered as expiring; skipped {self.skipped_in_flight} in flight "
-            f"({self.stale_claims} stale claims), {self.skipped_submitted} submitted; "
+            f"({self.stale_claims} stale claims, {self.runs_resting} runs left unread), "
+            f"{self.skipped_submitted} submitted; "
             f"{self.runs_finished} runs finished; {self.errors} errors"
             + (f"; {self.orphans_restored} orphaned calls redone" if self.orphans_restored else "")
         )
@@ -94,13 +100,19 @@ class RunsPoller:
         self.watches = Watches(ledger.client)
         self.dispatcher = Dispatcher(NAME, ledger, settings, memo, reaper, "run")
         self.reported = OnceLog(log)
+        #: Batch id -> ``time.monotonic()`` of its run's last read, for the watched runs.
+        self.read_at: dict[str, float] = {}
 
     def poll_once(self) -> RunsSummary:
-        """Read every watched run and dispatch the phases that wait."""
+        """Read every watched run (but those resting) and dispatch the phases that wait."""
         summary = RunsSummary()
         started = time.perf_counter()
         self.dispatcher.begin_pass()
-        batches = [b for b in (self._watched(w, summary) for w in self.watches.all()) if b]
+        watches = self.watches.all()
+        resting = self._resting(watches)
+        summary.runs_resting = len(resting)
+        unread = [w for w in watches if batch_id(w.thread_id, w.run_id) not in resting]
+        batches = [b for b in (self._watched(w, summary) for w in unread) if b]
         if self.settings.runs_discover == "threads" and self.client.config.lists_threads:
             batches += self._discovered(summary, {(b.batch_id) for b in batches})
         counts = DispatchCounts()
@@ -122,6 +134,23 @@ class RunsPoller:
             summary.add(counts)
         return summary
 
+    def _resting(self, watches: list[Watch]) -> set[str]:
+        """The watched runs not to read this pass: in flight under a claim, read lately.
+
+        Lately is less than ``runs_recheck`` seconds ago. A live claim (this poller's or
+        another's) means a dispatch of the run's phase is in flight; it is freed when the
+        phase is submitted, and lapses when its holder dies, and then the run is read.
+        Checking the claims costs one Redis round trip, against one API request per run.
+        """
+        ids = {batch_id(w.thread_id, w.run_id) for w in watches}
+        self.read_at = {bid: t for bid, t in self.read_at.items() if bid in ids}
+        recheck, now = self.settings.runs_recheck, time.monotonic()
+        recent = [bid for bid, t in self.read_at.items() if now - t < recheck]
+        if not recent:
+            return set()
+        owners = self.ledger.claim_owners(recent)
+        return {bid for bid, owner in zip(recent, owners, strict=True) if owner is not None}
+
     def _stopping(self) -> bool:
         return self.stop is not None and self.stop.is_set()
 
@@ -131,6 +160,7 @@ class RunsPoller:
         ids = f"thread_id={shown(watch.thread_id)} run_id={shown(watch.run_id)}"
         try:
             run = self.client.retrieve_run(watch.thread_id, watch.run_id)
+            self.read_at[batch_id(watch.thread_id, watch.run_id)] = time.monotonic()
         except NotFoundError:
             log.warning("%s no such run; no longer watched", ids)
             self.watches.drop(watch.thread_id, watch.run_id)

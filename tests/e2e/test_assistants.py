@@ -280,3 +280,40 @@ def test_an_undecided_call_is_answered_before_its_run_expires(stack, state):
     assert stack.redis().get(f"test:runs:{key}") is None
     late = toolfan(stack, "approvals", "approve", approval["id"])
     assert late.returncode == 2 and "timed out before this decision" in late.stderr
+
+
+def test_a_run_in_flight_is_read_about_once_a_second_not_every_pass(stack, state):
+    # The poller passes every 0.3 s; while its phase's calls run (4 s), the run can only
+    # be cancelled, fail or expire, so it is re-read once TOOLFAN_RUNS_RECHECK (1 s)
+    # has passed since its last read: about 4 reads a poller, not the 13 of one a pass.
+    # (The module's stack has a second poller once the race test has run.)
+    run = state.create_run([[call("slow_count", {"key": uuid.uuid4().hex, "seconds": 4})]])
+    watch(stack, run)
+    finished(state, run)
+    (submit,) = state.submits(run["thread_id"], run["id"])
+    path = f"/threads/{run['thread_id']}/runs/{run['id']}"
+    reads = [
+        r.at
+        for r in state.requests(path, method="GET")
+        if r.path.endswith(run["id"]) and r.at < submit["received_at"]
+    ]
+    in_flight = reads[-1] - reads[0]
+    assert in_flight > 3, reads  # the run was watched while its call ran
+    gaps = [round(b - a, 2) for a, b in zip(reads, reads[1:], strict=False)]
+    assert len(reads) <= 2 * (in_flight / 1.0 + 1) + 1 < in_flight / 0.3, (in_flight, gaps)
+
+
+def test_a_cancel_during_a_long_phase_is_noticed_within_the_recheck(stack, state):
+    # Resting runs are still read: a run cancelled while its calls run stops being watched
+    # within about a second, not when its phase ends.
+    key = uuid.uuid4().hex
+    run = state.create_run([[call("slow_count", {"key": key, "seconds": 10})]])
+    watch(stack, run)
+    client = stack.redis()
+    wait_for(lambda: client.get(f"test:runs:{key}"), 30, "the call to start")
+    time.sleep(1.5)  # the run has been resting for a while
+    state.cancel_run(run["thread_id"], run["id"])
+    cancelled = time.monotonic()
+    wait_for(lambda: not _watched(stack), 15, "the cancelled run to leave the watch list", 0.1)
+    assert time.monotonic() - cancelled < 5  # the call itself still had 8.5 s to go
+    assert state.submits(run["thread_id"], run["id"]) == []

@@ -7,6 +7,7 @@ OpenAI and Foundry flavours are chosen only by the variables their SDKs use.
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -299,7 +300,7 @@ def test_a_run_in_flight_is_read_about_once_a_second_not_every_pass(stack, state
     ]
     in_flight = reads[-1] - reads[0]
     assert in_flight > 3, reads  # the run was watched while its call ran
-    gaps = [round(b - a, 2) for a, b in zip(reads, reads[1:], strict=False)]
+    gaps = [round(b - a, 2) for a, b in itertools.pairwise(reads)]
     assert len(reads) <= 2 * (in_flight / 1.0 + 1) + 1 < in_flight / 0.3, (in_flight, gaps)
 
 

@@ -3,10 +3,10 @@
 Each watched run is read once a pass (one request), except a run whose phase is in flight
 under a claim (this poller's or another's): nothing about it can change but a cancel, a
 failure or an expiry, so it is read again only ``TOOLFAN_RUNS_RECHECK`` seconds (1) after
-its last read, and a fast loop does not read hundreds of busy runs five times a second. A run
-waiting in ``requires_action``
-is one batch, handed to the engine's dispatcher (claims, chords, expiry at the run's own
-``expires_at``); a run that is over, or past its ``expires_at``, is no longer watched.
+its last read, and a fast loop does not read hundreds of busy runs five times a second.
+A run waiting in ``requires_action`` is one batch, handed to the engine's dispatcher
+(claims, chords, expiry at the run's own ``expires_at``); a run that is over, or past its
+``expires_at``, is no longer watched.
 With ``TOOLFAN_RUNS_DISCOVER=threads`` (Foundry only, the one flavour that lists threads)
 the pass also lists up to ``TOOLFAN_RUNS_MAX_THREADS`` threads, most recent first, and
 reads each one's latest runs: one request per 100 threads plus one per thread.

@@ -142,11 +142,11 @@ def _publish_chords(workload: Workload, key: str, count: int) -> tuple[float, fl
             task.si(**workload.arguments).set(queue=workload.queue) for _ in range(workload.calls)
         ]
         body = tools.raw_collect.s(key, time.time()).set(queue=SUBMIT_QUEUE)
-        _forget(chord(header)(body))
+        forget(chord(header)(body))
     return first, time.process_time() - cpu
 
 
-def _forget(result: Any) -> None:
+def forget(result: Any) -> None:
     """Unsubscribe from a sent chord's results (the publisher never waits for them)."""
     from tasks.app import app
 

@@ -29,7 +29,7 @@ from celery import chord
 
 from bench import tools
 from bench.config import Workload
-from bench.engine import _forget
+from bench.engine import forget
 from bench.figures import Measurement
 from bench.measure import Window, percentiles
 from bench.stack import SUBMIT_QUEUE, BenchStack
@@ -231,7 +231,7 @@ def raw_chords(stack: BenchStack, workload: Workload, calls: int, count: int) ->
         started = time.perf_counter()
         header = [task.si(**workload.arguments).set(queue=workload.queue) for _ in range(calls)]
         body = tools.raw_collect.s(key, time.time()).set(queue=SUBMIT_QUEUE)
-        _forget(chord(header)(body))
+        forget(chord(header)(body))
         if client.blpop([key], timeout) is None:
             raise TimeoutError(f"raw Celery: a chord of {calls} did not finish in {timeout} s")
         times.append(time.perf_counter() - started)

@@ -73,11 +73,11 @@ def _steady_cost(count: int, lists: list[int], cpu: list[float], commands: int) 
     Idle sessions are never pushed (only a session that starts waiting is), so their whole
     cost is their share of the safety-net passes: list requests, poller CPU, Redis commands.
     """
-    passes = SAFETY_NET_PASSES_PER_HOUR / count
+    share = SAFETY_NET_PASSES_PER_HOUR / count  # one session's part of an hour's passes
     return {
-        "list_requests": statistics.median(lists) * passes,
-        "poller_cpu_seconds": statistics.median(cpu) * passes,
-        "redis_commands": commands / IDLE_PASSES * passes,
+        "list_requests": statistics.median(lists) * share,
+        "poller_cpu_seconds": statistics.median(cpu) * share,
+        "redis_commands": commands / IDLE_PASSES * share,
         "webhook_deliveries": 0.0,
     }
 

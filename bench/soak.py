@@ -588,6 +588,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: Options that must be above zero: a zero or negative one would divide by zero, sleep
+#: for ever, or end the run before it starts.
+POSITIVE = (
+    "minutes",
+    "rate",
+    "interval",
+    "warmup",
+    "window",
+    "epoch",
+    "kill_every",
+    "restart_every",
+    "ledger_ttl",
+)
+
+
+def bad_option(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options, or None (``--rate`` may be left out)."""
+    for name in POSITIVE:
+        value = getattr(args, name)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            return f"--{name.replace('_', '-')} must be a positive number, not {value!r}"
+    return None
+
+
 def soak_config(args: argparse.Namespace) -> SoakConfig:
     """The configuration from the parsed options."""
     return SoakConfig(
@@ -611,6 +635,10 @@ def soak_config(args: argparse.Namespace) -> SoakConfig:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the soak, print its report; 0 even when a verdict fails (it measures, not judges)."""
     args = build_parser().parse_args(argv)
+    problem = bad_option(args)
+    if problem is not None:
+        print(f"python -m bench soak: {problem}", file=sys.stderr)
+        return 2
     config = soak_config(args)
     doc = run_soak(config)
     out = (config.quick_sized() if config.quick else config).out

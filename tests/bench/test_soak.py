@@ -79,3 +79,13 @@ def test_each_verdict_is_evaluated_and_the_files_written(soak: dict[str, Any]) -
     assert (soak["out"] / "soak.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "growth %" in (soak["out"] / "soak.txt").read_text()
     print(f"python -m bench soak --quick took {soak['seconds']:.1f} s")
+
+
+@pytest.mark.parametrize("option", ["--minutes=0", "--rate=-5", "--interval=nan", "--epoch=0"])
+def test_an_option_that_cannot_be_run_is_refused_before_anything_starts(
+    option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench.soak import main
+
+    assert main([option]) == 2
+    assert "must be a positive number" in capsys.readouterr().err

@@ -32,15 +32,11 @@ from tasks.ledger import FINAL_STATES, BatchView, CallRef, CallStatus, Dispatch,
 from tasks.liveness import Reaper
 from tasks.memo import DispatchMemo
 from tasks.queues import ControlQueue, execute_queue
+from tasks.runtime import delivers_in_place
 from tasks.settings import Settings, load_registry
-from tasks.submit import submit, submit_reprs
+from tasks.submit import UNSTORED, submit, submit_reprs
 
 log = logging.getLogger("toolfan.dispatch")
-
-#: Options of every task a dispatch sends. The ledger keeps each call's result, and the
-#: chord hands the header's results to ``submit`` whether or not the backend stores them,
-#: so storing them again (a SETEX and a PUBLISH per task) would be work nobody reads.
-UNSTORED: dict[str, Any] = {"ignore_result": True}
 
 
 @dataclass(frozen=True)
@@ -430,18 +426,12 @@ class Dispatcher:
             lease_ms=dispatch.lease_ms,
             first_seen=dispatch.first_seen,
         )
-        body = submit.s(batch=delivery.to_wire(), saved=saved).set(
-            **UNSTORED, **submit_reprs(bid, len(calls), self.source)
-        )
-        if to_run:
-            header = [
-                call_signature(self._envelope(batch, c, dispatch)).set(**UNSTORED) for c in to_run
-            ]
-            with _not_subscribing(app.backend):
-                chord(header)(body)
-        else:
-            with _not_subscribing(app.backend):
-                body.apply_async(args=([],))
+        with _not_subscribing(app.backend):
+            if len(to_run) == 1 and not saved and delivers_in_place(self.source):
+                envelope = self._envelope(batch, to_run[0], dispatch)
+                call_signature(envelope, delivery.to_wire()).set(**UNSTORED).apply_async()
+            else:
+                self._send_chord(batch, dispatch, delivery, to_run, saved)
         sent = [(turn_id, call_id) for turn_id, call_id in calls]
         self.memo.remember(bid, dispatch.token, sent, self._recheck_at(dispatch))
         counts.dispatched += 1
@@ -453,6 +443,25 @@ class Dispatcher:
             len(to_run),
             len(saved),
         )
+
+    def _send_chord(
+        self,
+        batch: Batch,
+        dispatch: Dispatch,
+        delivery: Delivery,
+        to_run: list[PendingCall],
+        saved: list[dict[str, Any]],
+    ) -> None:
+        """One ``execute`` per call to run, then one ``submit`` with the saved results too."""
+        reprs = submit_reprs(batch.batch_id, len(delivery.calls), self.source)
+        body = submit.s(batch=delivery.to_wire(), saved=saved).set(**UNSTORED, **reprs)
+        if not to_run:
+            body.apply_async(args=([],))
+            return
+        header = [
+            call_signature(self._envelope(batch, c, dispatch)).set(**UNSTORED) for c in to_run
+        ]
+        chord(header)(body)
 
     def _envelope(self, batch: Batch, call: PendingCall, dispatch: Dispatch) -> Envelope:
         return Envelope(

@@ -46,6 +46,7 @@ from tasks.ledger import Begin, CallRef, Ledger, LedgerError
 from tasks.queues import EXECUTE_TASK, execute_queue
 from tasks.runtime import batch_label, get_approvals, get_ledger, get_limits, get_policy
 from tasks.settings import get_settings, load_registry
+from tasks.submit import deliver_here
 
 log = logging.getLogger("toolfan.execute")
 
@@ -346,12 +347,17 @@ def _clipped(value: Any) -> str:
 
 @app.task(name=EXECUTE_TASK, bind=True, max_retries=LEDGER_RETRIES)
 def execute(
-    self: Task[Any, Any], *legacy: Any, call: Mapping[str, Any] | None = None
+    self: Task[Any, Any],
+    *legacy: Any,
+    call: Mapping[str, Any] | None = None,
+    deliver: Mapping[str, Any] | None = None,
 ) -> Mapping[str, Any]:
     """Run one call (its :class:`Envelope` in ``call``); returns its result, never raises.
 
-    Positional arguments are the message of the version before envelopes, still read so
-    that messages queued across an upgrade run.
+    ``deliver``, the :class:`~tasks.envelope.Delivery` of a batch of this one call, makes
+    this task deliver the batch itself (no chord, no ``submit``: see
+    :func:`tasks.submit.deliver_here`). Positional arguments are the message of the
+    version before envelopes, still read so that messages queued across an upgrade run.
     """
     envelope = Envelope.from_wire(call) if call is not None else Envelope.from_legacy(legacy)
     ref, name = envelope.ref, envelope.name
@@ -384,7 +390,10 @@ def execute(
         )
     except (Exception, RecursionError, MemoryError) as exc:
         result = _guarded(ledger, ref, name, exc)
-    return Payload(result_payload(ref, name, result))
+    payload = result_payload(ref, name, result)
+    if deliver is not None:
+        deliver_here(deliver, [payload])
+    return Payload(payload)
 
 
 #: Retries a task may make while its call waits for approval (the deadline ends the wait).
@@ -429,12 +438,14 @@ def call_reprs(envelope: Envelope) -> dict[str, Any]:
     return {"argsrepr": "()", "kwargsrepr": f"{{'call': ({shown}, {HIDDEN})}}"}
 
 
-def call_signature(envelope: Envelope) -> Signature[Any]:
+def call_signature(envelope: Envelope, deliver: Mapping[str, Any] | None = None) -> Signature[Any]:
     """A routed ``execute`` signature: on its tool's queue, with its tool's hard time limit.
 
-    Its ``kwargsrepr``, what task events and so Flower show, names the call but leaves out
-    the argument values: they stay out of monitoring as they stay out of INFO logs, and
-    Celery need not build a repr of every call's arguments when it publishes.
+    Given ``deliver`` (a one-call batch's delivery envelope), the task delivers the batch
+    itself. Its ``kwargsrepr``, what task events and so Flower show, names the call but
+    leaves out the argument values and the claim's token: they stay out of monitoring as
+    they stay out of INFO logs, and Celery need not build a repr of every call's arguments
+    when it publishes.
     """
     registry = load_registry()
     options: dict[str, Any] = {
@@ -442,4 +453,6 @@ def call_signature(envelope: Envelope) -> Signature[Any]:
         "time_limit": _hard_limit(registry, envelope.name),
         **call_reprs(envelope),
     }
-    return execute.si(call=envelope.to_wire()).set(**options)
+    if deliver is None:
+        return execute.si(call=envelope.to_wire()).set(**options)
+    return execute.si(call=envelope.to_wire(), deliver=dict(deliver)).set(**options)

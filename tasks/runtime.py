@@ -21,6 +21,7 @@ from tasks.upgrade import ensure_upgraded
 
 __all__ = [
     "batch_label",
+    "delivers_in_place",
     "get_approvals",
     "get_ledger",
     "get_limits",
@@ -51,6 +52,20 @@ def batch_label(source: str) -> str:
         return str(getattr(sources.get(source), "batch_label", "batch_id"))
     except sources.UnknownSource:
         return "batch_id"
+
+
+@cache
+def delivers_in_place(source: str) -> bool:
+    """Whether the source's delivery may run in the worker that ran a batch's only call.
+
+    A source opts in (``delivers_in_place = True``) when delivering is cheap and needs
+    nothing a tool worker may lack (no API credentials, no slow HTTP): then a batch of
+    one call skips its chord, and the ``submit`` task with it.
+    """
+    try:
+        return bool(getattr(sources.get(source), "delivers_in_place", False))
+    except sources.UnknownSource:
+        return False
 
 
 @cache

@@ -34,9 +34,11 @@ class Source(Protocol):
 
     name: str
     #: Optional: ``batch_label`` (what log lines call a batch id, default ``batch_id``),
-    #: ``batches_end`` (whether a batch can end unanswered, default False) and
-    #: ``batch_ids(batch_id)`` (the batch's own ids by name, for a call's context; raises
-    #: ValueError for an id not its own).
+    #: ``batches_end`` (whether a batch can end unanswered, default False),
+    #: ``delivers_in_place`` (whether the worker that ran a batch's only call may deliver
+    #: it itself, default False: only for a cheap delivery that needs no API credentials)
+    #: and ``batch_ids(batch_id)`` (the batch's own ids by name, for a call's context;
+    #: raises ValueError for an id not its own).
 
     def deliver(self, batch_id: str, results: Sequence[Mapping[str, Any]]) -> Delivered:
         """Send every result of one batch in one delivery.

@@ -39,7 +39,7 @@ from tasks.delivery import DeliveryError, Misconfigured, Refused, RetryLater
 from tasks.envelope import Delivery
 from tasks.ledger import CallRef, Ledger, LedgerError
 from tasks.queues import SUBMIT_TASK
-from tasks.runtime import get_ledger
+from tasks.runtime import batch_label, get_ledger
 from tasks.settings import get_settings, load_registry
 
 log = logging.getLogger("toolfan.submit")
@@ -48,6 +48,10 @@ log = logging.getLogger("toolfan.submit")
 REFUSED_PLAIN = "The function's result was refused by the API."
 #: The source of a submit sent by a version that named none.
 DEFAULT_SOURCE = "agents"
+#: Options of every task a dispatch sends. The ledger keeps each call's result, and the
+#: chord hands the header's results to ``submit`` whether or not the backend stores them,
+#: so storing them again (a SETEX and a PUBLISH per task) would be work nobody reads.
+UNSTORED: dict[str, Any] = {"ignore_result": True}
 
 
 class Submitted(StrEnum):
@@ -231,13 +235,9 @@ def submit(
     envelopes names its fields one by one (``session_id``, ``token``, ...), still read.
     """
     delivery = Delivery.from_wire(batch if batch is not None else _legacy(legacy))
-    session_id, token, source = delivery.batch_id, delivery.token, delivery.source
-    calls, lease_ms, first_seen = delivery.calls, delivery.lease_ms, delivery.first_seen
+    session_id, source, calls = delivery.batch_id, delivery.source, delivery.calls
     try:
-        results = [*(saved or []), *results]
-        outcome = submit_results(
-            session_id, token, calls, results, get_ledger(source), sources.get(source), lease_ms
-        )
+        outcome = _submit(delivery, [*(saved or []), *results])
     except (DeliveryError, sources.UnknownSource, LedgerError) as exc:
         limit = get_settings().submit_retries
         sid = shown(session_id)
@@ -257,9 +257,65 @@ def submit(
         log.warning("session_id=%s submit retry %d in %.1fs: %s", sid, retry, delay, exc)
         reprs = submit_reprs(session_id, len(calls), source)  # or a retry shows every value
         raise self.retry(countdown=delay, exc=exc, **reprs) from exc
-    if outcome is Submitted.ACCEPTED and first_seen is not None:
-        metrics.TIME_TO_SUBMIT.observe(max(0.0, time.time() - first_seen))
     return outcome.value
+
+
+def deliver_here(batch: Mapping[str, Any], results: list[dict[str, Any]]) -> None:
+    """Deliver a batch of one call in the worker that ran it, or hand it to ``submit``.
+
+    A source that delivers cheaply (:func:`tasks.runtime.delivers_in_place`) spares its
+    one-call batches the chord and the ``submit`` task: two broker hops, most of such a
+    batch's time. Whatever stops the delivery here (the ledger, the source, a bug) is
+    left to a ``submit`` task, which retries it exactly as if the chord had sent it; so
+    this never raises, and the call's worker is not held by a delivery that must wait.
+    """
+    try:
+        delivery = Delivery.from_wire(batch)
+    except Exception as exc:  # only a foreign message; the claim's lease brings it back
+        log.error("a delivery in place had an unreadable envelope: %s", exc)
+        return
+    try:
+        _submit(delivery, results)
+    except Exception as exc:
+        log.warning(
+            "%s=%s not delivered in place (%s); a submit task takes it on",
+            batch_label(delivery.source),
+            shown(delivery.batch_id),
+            exc,
+        )
+        _hand_on(delivery, results)
+
+
+def _hand_on(delivery: Delivery, results: list[dict[str, Any]]) -> None:
+    reprs = submit_reprs(delivery.batch_id, len(delivery.calls), delivery.source)
+    body = submit.s(batch=delivery.to_wire(), saved=[]).set(**UNSTORED, **reprs)
+    try:
+        body.apply_async(args=(results,))
+    except Exception as exc:  # the broker is down too: the claim's lease brings it back
+        log.error(
+            "%s=%s the submit could not be sent either (%s); the batch is redone once its "
+            "claim expires",
+            batch_label(delivery.source),
+            shown(delivery.batch_id),
+            exc,
+        )
+
+
+def _submit(delivery: Delivery, results: list[dict[str, Any]]) -> Submitted:
+    """Deliver through the batch's source; the time-to-submit metric counts accepted ones."""
+    source = delivery.source
+    outcome = submit_results(
+        delivery.batch_id,
+        delivery.token,
+        delivery.calls,
+        results,
+        get_ledger(source),
+        sources.get(source),
+        delivery.lease_ms,
+    )
+    if outcome is Submitted.ACCEPTED and delivery.first_seen is not None:
+        metrics.TIME_TO_SUBMIT.observe(max(0.0, time.time() - delivery.first_seen))
+    return outcome
 
 
 def _legacy(fields: Mapping[str, Any]) -> dict[str, Any]:

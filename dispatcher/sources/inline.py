@@ -3,7 +3,9 @@
 Applications that drive Chat Completions or Responses have no hosted session to poll: the
 model's tool calls are in their hands. So they give them to the fleet
 (:mod:`toolfan.calls`), and the fleet answers them as one batch, exactly as it answers a
-session's: one ``execute`` per call on its function's queue, one chord, one ``submit``.
+session's: one ``execute`` per call on its function's queue, one chord, one ``submit``;
+a batch of one call is delivered by the worker that ran it, with no chord (the time of a
+single call is mostly the chord's and the ``submit``'s hops).
 The delivery is a Redis list holding the batch's answer (:func:`tasks.keys.answer`), which
 the caller blocks on; a repeat of the same batch finds it there.
 
@@ -74,6 +76,9 @@ class InlineSource:
 
     name = NAME
     batch_label = "batch_id"
+    #: Storing an answer is one Redis script: the worker that ran a batch's only call
+    #: does it, with no chord and no ``submit`` task between the call and its caller.
+    delivers_in_place = True
 
     def deliver(self, batch_id: str, results: Sequence[Mapping[str, Any]]) -> Delivered:
         """Store the batch's answer (once) and start what continues after it, if anything."""

@@ -10,40 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from openai.types.chat import ChatCompletionMessageFunctionToolCall
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage
 
 import toolfan
-from tests.conftest import INLINE_QUEUE, worker_env
-from tests.services import Worker
 
 pytestmark = pytest.mark.usefixtures("worker", "api")
-
-
-def inline_worker() -> Worker:
-    """A threads worker with concurrency 8 on the inline tools' queue, started."""
-    log = Path(os.environ["TOOLFAN_TEST_TMP"]) / "inline-worker.log"
-    args = ["-P", "threads", "-c", "8", "-n", "inline@%h", "--without-mingle"]
-    w = Worker([*args, "--without-gossip", "-Q", INLINE_QUEUE], log, worker_env())
-    w.wait_ready()
-    return w
-
-
-@pytest.fixture(scope="module")
-def threads_worker(worker: Worker) -> Iterator[Worker]:
-    """The inline tools' worker, for the module."""
-    w = inline_worker()
-    try:
-        yield w
-    finally:
-        w.stop()
 
 
 def chat_call(call_id: str, name: str, arguments: object) -> ChatCompletionMessageFunctionToolCall:

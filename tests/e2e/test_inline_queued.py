@@ -12,7 +12,8 @@ import json
 import pytest
 
 import toolfan
-from tests.e2e.test_inline import chat_call, inline_worker, runs
+from tests.e2e.conftest import inline_worker
+from tests.e2e.test_inline import chat_call, runs
 
 pytestmark = pytest.mark.usefixtures("worker", "api")
 

@@ -169,6 +169,23 @@ def run_push_load(
     }
 
 
+def run_push_peak(stack: BenchStack, emu: Emulator, workload: Workload, intake: str) -> float:
+    """Pushed peak throughput (calls/s): the workload's sessions all at once, pushed.
+
+    Pushing costs more per call than polling (a signed delivery, a task and a retrieve per
+    session), so its peak is its own; the half-load run at half of it is reported beside
+    the one at half of the polled peak. Counts from the first delivery to the last batch.
+    """
+    emu.reset()
+    emu.register_webhook(intake, WEBHOOK_SECRET)
+    _seed_on_schedule(emu, workload, [0.0] * workload.sessions)
+    batches = emu.wait_batches(workload.sessions, stack.config.timeout)
+    pushed = pushed_times(emu.deliveries())
+    first = min(pushed.values(), default=0.0)
+    last = max((b["received_at"] for b in batches), default=first)
+    return workload.sessions * workload.calls / max(last - first, 1e-3)
+
+
 class ServicesCpu:
     """CPU of every service the bench started (its child processes), from now on.
 

@@ -16,7 +16,7 @@ from bench.figures import ASSISTANTS, LOOP, RAW, THREADS, TOOLFAN, Measurement
 from bench.inline import run_inline
 from bench.inprocess import run_inprocess
 from bench.measure import foreign_clients, machine
-from bench.phases import run_half_load, run_idle, run_push_load
+from bench.phases import run_half_load, run_idle, run_push_load, run_push_peak
 from bench.plot import draw
 from bench.report import Report, lines
 from bench.stack import BenchStack
@@ -101,9 +101,16 @@ def run_noop_phases(
         report.features = run_features(stack, emu, workload, (workers, poller), runs[TOOLFAN])
     say(f"noop: toolfan runs, {workload.sessions} runs x {workload.calls} (assistants)")
     runs[ASSISTANTS] = measure_assistants(stack, emu, workload, workers, WARM_UP)
-    say(f"half of peak load, pushed: {peak / 2:.0f} calls/s through the webhook intake")
+    say(f"pushed: the peak, then half of the polled peak ({peak / 2:.0f} calls/s) and of its own")
     with stack.pusher() as intake:
+        # The peak first, as for polling (its throughput runs come before its half load):
+        # the half-load runs then start on a push path that has already carried load.
+        pushed_peak = run_push_peak(stack, emu, workload, intake)
+        say(f"pushed peak {pushed_peak:.0f} calls/s; half of the polled peak, pushed")
         report.push_load = run_push_load(stack, emu, workload, peak, intake)
+        say(f"half of the pushed peak: {pushed_peak / 2:.0f} calls/s through the intake")
+        report.push_own = run_push_load(stack, emu, workload, pushed_peak, intake)
+        report.push_own["peak_calls_per_s"] = pushed_peak
 
 
 def repeat(measure: Callable[..., Measurement], *args: Any) -> Measurement:

@@ -107,7 +107,14 @@ def test_ratios_idle_pass_and_half_load(bench: dict[str, Any]) -> None:
     path, engine = push["push_to_retrieve"], push["retrieve_to_accepted"]
     assert _positive(path["p50"]) and _positive(engine["p50"])
     assert path["p50"] < push["latency"]["p50"] and engine["p50"] < push["latency"]["p50"]
-    for phase in (half, push):
+    # The same run at half of the pushed peak: its own burst measured that peak.
+    own = data["push_own"]
+    assert own["batches"] == own["sessions"] == own["pushed"] >= 1
+    assert _positive(own["peak_calls_per_s"]) and _positive(own["latency"]["p95"])
+    assert own["rate_calls_per_s"] == pytest.approx(
+        max(own["peak_calls_per_s"] / 2, 0.5 * data["info"]["workloads"]["noop"]["calls"])
+    )
+    for phase in (half, push, own):
         assert _positive(phase["cpu_ms_per_call"]["toolfan"]), phase["cpu_ms_per_call"]
         assert _positive(phase["cpu_ms_per_call"]["emulator"]), phase["cpu_ms_per_call"]
 
@@ -116,7 +123,7 @@ def test_ratios_idle_pass_and_half_load(bench: dict[str, Any]) -> None:
 def test_targets_are_printed_and_files_written(bench: dict[str, Any]) -> None:
     targets = bench["json"]["targets"]
     names = {t["name"] for t in targets}
-    assert len(names) == len(targets) == 11 + len(INLINE_TARGETS) + len(ASSISTANTS_TARGETS) + 1
+    assert len(names) == len(targets) == 12 + len(INLINE_TARGETS) + len(ASSISTANTS_TARGETS) + 1
     assert {*INLINE_TARGETS, *ASSISTANTS_TARGETS, FEATURES_TARGET} <= names
     assert all(isinstance(t["passed"], bool) and t["measured"] is not None for t in targets)
     verdicts = [line for line in bench["stdout"].splitlines() if line.startswith(("PASS", "FAIL"))]

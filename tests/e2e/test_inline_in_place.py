@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import toolfan
+from dispatcher.devstack import wait_for
 from dispatcher.sources.inline import NAME, SOURCE, batch_id, decode_answer
 from dispatcher.waiting import wait_element
 from handlers.result import CallResult
@@ -26,7 +27,7 @@ from tasks.app import app
 from tasks.delivery import Delivered, RetryLater
 from tasks.envelope import Delivery
 from tasks.execute import result_payload
-from tasks.ledger import CallRef
+from tasks.ledger import CallRecord, CallRef
 from tasks.queues import ControlQueue
 from tasks.runtime import get_ledger
 from tasks.submit import deliver_here
@@ -57,6 +58,10 @@ def _state(call_id: str, conversation: str) -> str | None:
     return record.state if record is not None else None
 
 
+def _submitted(record: CallRecord | None) -> bool:
+    return record is not None and record.state == "submitted"
+
+
 def test_one_call_is_answered_with_no_submit_worker(threads_worker, no_submit_worker, redis_client):
     conversation = f"conv-in-place-{uuid.uuid4().hex}"
     started = time.perf_counter()
@@ -70,7 +75,8 @@ def test_one_call_is_answered_with_no_submit_worker(threads_worker, no_submit_wo
     # Without delivery in place the caller would wait its whole 30 s, then read the saved
     # result itself: the batch would never be marked submitted.
     assert elapsed < 10, f"the one call took {elapsed:.1f} s: nothing delivered it"
-    assert _state("solo", conversation) == "submitted"
+    # The answer is stored before the call is marked submitted: the caller may wake first.
+    wait_for(lambda: _state("solo", conversation) == "submitted", 10, "the submitted mark")
     assert runs(redis_client, conversation) == 1
 
 
@@ -125,5 +131,5 @@ def test_a_failed_delivery_in_place_is_handed_to_a_submit(unreachable_here, redi
     raw = wait_element(redis_client, keys.answer(NAME, bid), 20)
     assert raw is not None, "the handed-on submit did not deliver the batch"
     assert decode_answer(raw)["c1"]["output"] == "42"
-    record = ledger.record(ref)
-    assert record is not None and record.state == "submitted"
+    # The answer is stored before the call is marked submitted: wait for the mark.
+    wait_for(lambda: _submitted(ledger.record(ref)), 10, "the submitted mark")

@@ -34,6 +34,31 @@ def machine() -> dict[str, Any]:
     }
 
 
+def cpu_ticks() -> tuple[int, int] | None:
+    """Ticks stolen by the hypervisor and all ticks, of every CPU, or None off Linux.
+
+    On a virtual machine, another guest's load takes the cores from under a run without
+    showing in its own load average: the stolen share says how much of a run's spread
+    came from outside it.
+    """
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    ticks = [int(f) for f in fields[1:9]]  # user .. steal; guest time is inside user
+    return ticks[7], sum(ticks)
+
+
+def stolen_share(start: tuple[int, int] | None, end: tuple[int, int] | None) -> float | None:
+    """The share of CPU time stolen between two :func:`cpu_ticks` readings."""
+    if start is None or end is None or end[1] <= start[1]:
+        return None
+    return (end[0] - start[0]) / (end[1] - start[1])
+
+
 def tree_cpu(pids: Iterable[int]) -> float:
     """User + system CPU seconds of these processes, their live descendants and reaped ones.
 

@@ -194,7 +194,7 @@ class Report:
                 "<=",
                 half["target_p95"],
                 f"seconds = poll interval + 0.25 s; {half['rate_calls_per_s']:.0f} calls/s; "
-                f"{_cpu(half)}",
+                f"{_runs(half)}; {_cpu(half)}",
             )
         if self.push_load:
             yield _push_target("half of peak load", self.push_load)
@@ -314,8 +314,18 @@ def _push_target(load: str, push: dict[str, Any]) -> Target:
         f"{_fmt(push['latency']['p99'], digits=3)}; {push['pushed']} of "
         f"{push['sessions']} pushed; {push['rate_calls_per_s']:.0f} calls/s; p95 push to "
         f"retrieve {_fmt(push['push_to_retrieve']['p95'], digits=3)}, retrieve to "
-        f"accepted {_fmt(push['retrieve_to_accepted']['p95'], digits=3)}; {_cpu(push)}",
+        f"accepted {_fmt(push['retrieve_to_accepted']['p95'], digits=3)}; {_runs(push)}; "
+        f"{_cpu(push)}",
     )
+
+
+def _runs(phase: dict[str, Any]) -> str:
+    """Which run of a repeated latency phase is shown, and every run's p95 (the spread)."""
+    p95s = phase.get("p95_per_repetition")
+    if not p95s:
+        return "one run"
+    shown = ", ".join(_fmt(p, digits=3) for p in p95s)
+    return f"the median of {len(p95s)} runs by p95, p95 per run [{shown}]"
 
 
 def _cpu(phase: dict[str, Any]) -> str:

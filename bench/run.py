@@ -15,8 +15,8 @@ from bench.features import run_features
 from bench.figures import ASSISTANTS, LOOP, RAW, THREADS, TOOLFAN, Measurement
 from bench.inline import run_inline
 from bench.inprocess import run_inprocess
-from bench.measure import foreign_clients, machine
-from bench.phases import run_half_load, run_idle, run_push_load, run_push_peak
+from bench.measure import cpu_ticks, foreign_clients, machine, stolen_share
+from bench.phases import repeated, run_half_load, run_idle, run_push_load, run_push_peak
 from bench.plot import draw
 from bench.report import Report, lines
 from bench.stack import BenchStack
@@ -92,11 +92,13 @@ def run_noop_phases(
     ``fleet`` is the running workers and toolfan's peak throughput (calls/s) on them.
     """
     workers, peak = fleet
-    half = stack.config.half_load_seconds
+    half, reps = stack.config.half_load_seconds, stack.config.reps
     with stack.poller() as poller:
         run_toolfan(stack, emu, workload, (workers, poller), WARM_UP)
-        say(f"half of peak load: {peak / 2:.0f} calls/s for {half:g} s")
-        report.half_load = run_half_load(stack, emu, workload, peak)
+        say(f"half of peak load: {peak / 2:.0f} calls/s for {half:g} s, {reps} times")
+        report.half_load = repeated(
+            lambda rep: run_half_load(stack, emu, workload, peak, rep), reps
+        )
         say("policies and approvals: unused, then in use")
         report.features = run_features(stack, emu, workload, (workers, poller), runs[TOOLFAN])
     say(f"noop: toolfan runs, {workload.sessions} runs x {workload.calls} (assistants)")
@@ -106,10 +108,14 @@ def run_noop_phases(
         # The peak first, as for polling (its throughput runs come before its half load):
         # the half-load runs then start on a push path that has already carried load.
         pushed_peak = run_push_peak(stack, emu, workload, intake)
-        say(f"pushed peak {pushed_peak:.0f} calls/s; half of the polled peak, pushed")
-        report.push_load = run_push_load(stack, emu, workload, peak, intake)
+        say(f"pushed peak {pushed_peak:.0f} calls/s; half of the polled peak, pushed, {reps} times")
+        report.push_load = repeated(
+            lambda rep: run_push_load(stack, emu, workload, (peak, intake), rep), reps
+        )
         say(f"half of the pushed peak: {pushed_peak / 2:.0f} calls/s through the intake")
-        report.push_own = run_push_load(stack, emu, workload, pushed_peak, intake)
+        report.push_own = repeated(
+            lambda rep: run_push_load(stack, emu, workload, (pushed_peak, intake), rep), reps
+        )
         report.push_own["peak_calls_per_s"] = pushed_peak
 
 
@@ -195,9 +201,14 @@ def run_bench(config: BenchConfig) -> int:
     config = config.quick_sized() if config.quick else config
     config.out.mkdir(parents=True, exist_ok=True)
     report = Report(info=describe(config))
+    ticks = cpu_ticks()
     measure(config, report)
     report.info["load_average_at_end"] = os.getloadavg()
+    stolen = stolen_share(ticks, cpu_ticks())
+    report.info["cpu_stolen_share"] = stolen
     text = lines(report)
+    if stolen is not None:
+        text.append(f"machine: {stolen:.1%} of the CPU time was stolen by the hypervisor")
     if report.info.get("foreign_redis_clients"):
         text.append(
             f"note: {report.info['foreign_redis_clients']} other Redis clients were active on "

@@ -77,6 +77,11 @@ def test_every_throughput_is_repeated_and_the_table_shows_the_median(bench: dict
             assert shown == sorted(runs[system])[(reps - 1) // 2], (name, system)
         assert len(runs["toolfan_vs_raw_celery"]) == reps
     assert "calls/s per repetition" in bench["stdout"]
+    assert bench["stdout"].count(f"the median of {reps} runs by p95, p95 per run [") == 3
+    # How much of the machine another guest took during the run (Linux, so measured).
+    stolen = data["info"]["cpu_stolen_share"]
+    assert isinstance(stolen, float) and 0 <= stolen < 1
+    assert "of the CPU time was stolen by the hypervisor" in bench["stdout"]
 
 
 def test_the_workers_run_with_toolfan_workers_defaults(bench: dict[str, Any]) -> None:
@@ -114,7 +119,12 @@ def test_ratios_idle_pass_and_half_load(bench: dict[str, Any]) -> None:
     assert own["rate_calls_per_s"] == pytest.approx(
         max(own["peak_calls_per_s"] / 2, 0.5 * data["info"]["workloads"]["noop"]["calls"])
     )
+    reps = data["info"]["reps"]
     for phase in (half, push, own):
+        # Each latency phase is repeated, and the run shown is the one of median p95.
+        p95s = phase["p95_per_repetition"]
+        assert phase["repetitions"] == len(p95s) == reps and all(_positive(p) for p in p95s)
+        assert phase["latency"]["p95"] == sorted(p95s)[(reps - 1) // 2]
         assert _positive(phase["cpu_ms_per_call"]["toolfan"]), phase["cpu_ms_per_call"]
         assert _positive(phase["cpu_ms_per_call"]["emulator"]), phase["cpu_ms_per_call"]
 

@@ -412,8 +412,8 @@ def feature_lines(features: dict[str, Any]) -> list[str]:
             continue
         out.append(
             f"{name} in use ({used['tool']}, {used['runs']} x {used['calls']} calls): "
-            f"+{used['extra_cpu_ms_per_call']:.3f} ms CPU and "
-            f"+{used['extra_redis_commands_per_call']:.1f} Redis commands per call "
+            f"{used['extra_cpu_ms_per_call']:+.3f} ms CPU and "
+            f"{used['extra_redis_commands_per_call']:+.1f} Redis commands per call "
             f"({used['cpu_ms_per_call']:.3f} against {used['plain_cpu_ms_per_call']:.3f} ms, "
             f"{used['redis_commands_per_call']:.1f} against "
             f"{used['plain_redis_commands_per_call']:.1f}); p50 "

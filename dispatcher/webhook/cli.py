@@ -101,18 +101,42 @@ def _serve(host: str, port: int, root_path: str = "") -> int:
             file=sys.stderr,
         )
     warm_intake(config.client.ping)
-    print(f"webhook intake listening on http://{host}:{port}/webhooks/openai", flush=True)
+    try:
+        sock = _listen(host, port)
+    except OSError as exc:
+        print(f"toolfan: webhook: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+        return 2
+    shown = f"[{host}]" if ":" in host else host
+    print(f"webhook intake listening on http://{shown}:{port}/webhooks/openai", flush=True)
     if config.token:
-        print(f"approval page on http://{host}:{port}/approvals", flush=True)
-    uvicorn.run(
-        build_app(config),
-        host=host,
-        port=port,
-        root_path=root_path,
-        log_level="warning",
-        access_log=False,
+        print(f"approval page on http://{shown}:{port}/approvals", flush=True)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            build_app(config), root_path=root_path, log_level="warning", access_log=False
+        )
     )
+    server.run(sockets=[sock])
     return 0
+
+
+def _listen(host: str, port: int) -> Any:
+    """The intake's listening socket, bound before the "listening" line is printed.
+
+    A supervisor, a readiness check or a test that sees the line may connect at once: the
+    kernel queues the connection until uvicorn accepts it, where a socket uvicorn bound
+    itself would not exist yet and the connection would be refused.
+    """
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on accepted sockets whose proto
+    # says TCP, and without it each answer would wait for a delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 def _client() -> Any:

@@ -12,6 +12,7 @@ import base64
 import json
 import os
 import secrets
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -90,6 +91,37 @@ def dispatched_nothing(api, redis_client, sid: str, key: str, wid: str) -> None:
     assert redis_client.get(f"test:runs:{key}") is None
     assert api.batches(sid) == []
     assert not redis_client.exists(f"toolfan:v2:webhook:seen:{wid}")
+
+
+def test_the_listening_line_means_a_connection_is_accepted_at_once(emulator, tmp_path):
+    """A supervisor or readiness check that sees the line may connect with no retry.
+
+    The log is read every millisecond and one connection is made the moment the line is
+    there: with the socket bound only inside uvicorn, after the line, this was refused.
+    """
+    port = free_port()
+    service = Service(["webhook", "--port", str(port)], tmp_path / "intake.log", worker_env())
+    try:
+        wait_for(lambda: "listening" in service.log(), 30, "the listening line", 0.001)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert conn.recv(64).startswith(b"HTTP/1.1 200")
+    finally:
+        service.stop()
+
+
+def test_a_port_in_use_is_a_clear_error(emulator, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        service = Service(["webhook", "--port", str(port)], tmp_path / "intake.log", worker_env())
+        try:
+            assert service.proc.wait(30) == 2
+        finally:
+            service.stop()
+    assert f"cannot listen on 127.0.0.1:{port}" in service.log()
+    assert "Traceback" not in service.log()
 
 
 def test_a_verified_delivery_dispatches_its_session_once(intake, api, redis_client):

@@ -8,25 +8,26 @@ original, or two pollers racing for a session, always see a consistent record.
 # the attempts, and the worker that began the previous attempt (to tell a live one).
 # KEYS[2], for sources whose batches can end unanswered, says the batch ended ('gone'):
 # a call not yet begun is then not run at all.
+# One HMGET reads all it needs and the attempt is counted in the HSET that starts it (the
+# script is atomic, so no HINCRBY is needed): three commands on the hot path, not five.
 BEGIN = """
-local result = redis.call('HGET', KEYS[1], 'result')
-if result then
-  return {'done', result, tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0'), false}
-end
+local seen = redis.call('HMGET', KEYS[1], 'result', 'attempts', 'worker')
+local attempts = tonumber(seen[2] or '0') or 0
+if seen[1] then return {'done', seen[1], attempts, false} end
 if KEYS[2] then
   local ended = redis.call('GET', KEYS[2])
   if ended then return {'gone', ended, 0, false} end
 end
-local previous = redis.call('HGET', KEYS[1], 'worker')
-local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+attempts = attempts + 1
 if attempts == 1 then
   redis.call('HSET', KEYS[1], 'state', 'started', 'started_at', ARGV[1], 'name', ARGV[3],
-             'first_started_at', ARGV[1], 'ids', ARGV[4], 'worker', ARGV[5])
+             'first_started_at', ARGV[1], 'ids', ARGV[4], 'worker', ARGV[5], 'attempts', 1)
 else
-  redis.call('HSET', KEYS[1], 'state', 'started', 'started_at', ARGV[1], 'worker', ARGV[5])
+  redis.call('HSET', KEYS[1], 'state', 'started', 'started_at', ARGV[1], 'worker', ARGV[5],
+             'attempts', attempts)
 end
 redis.call('EXPIRE', KEYS[1], ARGV[2])
-return {'started', false, attempts, previous}
+return {'started', false, attempts, seen[3]}
 """
 
 # A record created here (all four fields new) gets its TTL; one from begin has it already.

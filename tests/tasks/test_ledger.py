@@ -137,3 +137,30 @@ def test_a_batch_that_ended_stops_calls_not_yet_begun_but_keeps_saved_results(re
         redis_client, ttl=3600, source="assistants"
     )  # a source whose batches never end
     assert unaware.begin(waiting, "add").ended is None
+
+
+def test_begin_costs_three_commands_inside_its_script():
+    """A call's begin is on every call's path: one HMGET, one HSET and one EXPIRE.
+
+    On a Redis of its own (no other client's commands in the counts): before, the script
+    read the record with two HGETs and counted the attempt with an HINCRBY.
+    """
+    from dispatcher.devstack import private_redis
+
+    with private_redis() as base:
+        client = redis.Redis.from_url(f"{base}/0")
+        try:
+            ledger = Ledger(client, ttl=3600, source="agents")
+            r = ref()
+            ledger.begin(r, "add")  # loads the script
+            client.config_resetstat()
+            assert ledger.begin(r, "add").attempts == 2
+            stats = client.info("commandstats")
+            inside = {
+                name.removeprefix("cmdstat_"): int(stat["calls"])
+                for name, stat in stats.items()
+                if name not in ("cmdstat_evalsha", "cmdstat_info", "cmdstat_config|resetstat")
+            }
+            assert inside == {"hmget": 1, "hset": 1, "expire": 1}
+        finally:
+            client.close()

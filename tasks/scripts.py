@@ -64,9 +64,10 @@ return 1
 """
 
 # KEYS: the claim, the dispatch record; ARGV: token, lease ms, TTL, then field/value pairs.
+# The pairs are every field of a dispatch (Dispatch.to_hash), so the HSET replaces the
+# previous dispatch whole, with no DEL before it.
 CLAIM = """
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
-redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[2], unpack(ARGV, 4))
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 return 1

@@ -101,6 +101,39 @@ def test_claim_dispatch_takes_a_free_claim_and_records_the_dispatch(ledger, redi
     assert ledger.dispatch(session) == first
 
 
+def test_a_new_dispatch_replaces_every_field_of_the_previous_one(ledger):
+    """The claim writes a dispatch over the last one: none of the old fields may survive."""
+    from tasks.ledger import Dispatch
+
+    session = ref().batch_id
+    assert ledger.claim_dispatch(session, Dispatch("tok-a", 100.0, 5000, 200.0, 90.0))
+    assert ledger.release(session, "tok-a")
+    second = Dispatch("tok-b", 101.0, 7000)
+    assert ledger.claim_dispatch(session, second)
+    assert ledger.dispatch(session) == second
+
+
+def test_a_claim_costs_three_commands_inside_its_script():
+    """Each dispatched batch is claimed once: SET NX, the dispatch's HSET and its EXPIRE.
+
+    On a Redis of its own: before, the script also deleted the previous dispatch first.
+    """
+    from dispatcher.devstack import private_redis
+    from tasks.ledger import Dispatch
+
+    with private_redis() as base:
+        client = redis.Redis.from_url(f"{base}/0")
+        try:
+            ledger = Ledger(client, ttl=3600, source="agents")
+            assert ledger.claim_dispatch("sess_warm", Dispatch("tok-w", 100.0, 5000))
+            client.config_resetstat()
+            assert ledger.claim_dispatch("sess_1", Dispatch("tok-a", 100.0, 5000, None, 90.0))
+            inside = {k: v for k, v in _commands(client).items() if k != "evalsha"}
+            assert inside == {"set": 1, "hset": 1, "expire": 1}
+        finally:
+            client.close()
+
+
 def test_mark_submitted_records_every_call_and_frees_only_its_own_claim(ledger, redis_client):
     r1 = ref()
     r2 = CallRef(r1.batch_id, "turn_2", "call_x")
@@ -164,3 +197,47 @@ def test_begin_costs_three_commands_inside_its_script():
             assert inside == {"hmget": 1, "hset": 1, "expire": 1}
         finally:
             client.close()
+
+
+def _commands(client: redis.Redis) -> dict[str, int]:
+    """Commands counted since the last reset, the counting's own left out."""
+    return {
+        name.removeprefix("cmdstat_"): int(stat["calls"])
+        for name, stat in client.info("commandstats").items()
+        if name not in ("cmdstat_info", "cmdstat_config|resetstat")
+    }
+
+
+def test_the_claims_of_a_page_cost_one_command():
+    """A poller reads the claims of the sessions it dispatched on every pass they are listed.
+
+    On a Redis of its own: before, this was one GET per claim (120 here).
+    """
+    from dispatcher.devstack import private_redis
+
+    with private_redis() as base:
+        client = redis.Redis.from_url(f"{base}/0", decode_responses=True)
+        try:
+            ledger = Ledger(client, ttl=3600, source="agents")
+            batches = [f"sess_{i}" for i in range(120)]
+            for i in range(0, 120, 3):
+                assert ledger.claim(batches[i], f"token-{i}", 60_000)
+            client.config_resetstat()
+            owners = ledger.claim_owners(batches)
+            assert _commands(client) == {"mget": 1}
+            assert owners == [f"token-{i}" if i % 3 == 0 else None for i in range(120)]
+        finally:
+            client.close()
+
+
+def test_claims_beyond_one_mget_keep_their_order(ledger):
+    from tasks.ledger import MGET_KEYS
+
+    count = 2 * MGET_KEYS + 7
+    batches = [f"sess_{uuid.uuid4().hex[:8]}:{i}" for i in range(count)]
+    claimed = {0, MGET_KEYS - 1, MGET_KEYS, 2 * MGET_KEYS + 6}
+    for i in claimed:
+        assert ledger.claim(batches[i], f"token-{i}", 60_000)
+    owners = ledger.claim_owners(batches)
+    assert owners == [f"token-{i}" if i in claimed else None for i in range(count)]
+    assert ledger.claim_owners([]) == []

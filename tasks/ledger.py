@@ -40,11 +40,11 @@ from tasks.scripts import (
 )
 
 STARTED, DONE, SUBMITTED, ABANDONED = "started", "done", "submitted", "abandoned"
+#: States after which the API has had its answer (or refused it for good): never re-sent.
+FINAL_STATES = frozenset({SUBMITTED, ABANDONED})
 #: Claims read by one MGET: a page of sessions is 100; runs watched may be thousands, and
 #: one command over that many keys would hold Redis up for the others.
 MGET_KEYS = 500
-#: States after which the API has had its answer (or refused it for good): never re-sent.
-FINAL_STATES = frozenset({SUBMITTED, ABANDONED})
 
 
 class LedgerError(ToolfanError):
@@ -124,8 +124,8 @@ class Dispatch:
     def to_hash(self) -> dict[str, str | float]:
         """The stored form: every field, an absent one as "".
 
-        So a new dispatch's HSET replaces all of the previous one's, and the claim needs no
-        DEL before it.
+        So a new dispatch's HSET replaces all of the previous one's, and neither the claim
+        nor a takeover needs a DEL before it.
         """
         return {
             "token": self.token,
@@ -321,8 +321,6 @@ class Ledger:
         Cluster would need it split by slot, as redis-py's ``mget_nonatomic`` does).
         """
         keys_ = [self._claim_key(batch_id) for batch_id in batch_ids]
-        if len(keys_) <= MGET_KEYS:
-            return cast(list[str | None], self._call(self.client.mget, keys_)) if keys_ else []
         pipe = self.client.pipeline(transaction=False)
         for at in range(0, len(keys_), MGET_KEYS):
             pipe.mget(keys_[at : at + MGET_KEYS])
@@ -334,9 +332,8 @@ class Ledger:
         return Dispatch.from_hash(raw) if raw else None
 
     def record_dispatch(self, batch_id: str, dispatch: Dispatch) -> None:
-        """Remember a batch's dispatch (replacing the previous one)."""
+        """Remember a batch's dispatch (its every field, so replacing the previous one)."""
         pipe = self.client.pipeline(transaction=True)
-        pipe.delete(self._dispatch_key(batch_id))
         pipe.hset(self._dispatch_key(batch_id), mapping=cast(Any, dispatch.to_hash()))
         pipe.expire(self._dispatch_key(batch_id), self.ttl)
         self._call(pipe.execute)

@@ -102,7 +102,7 @@ def test_claim_dispatch_takes_a_free_claim_and_records_the_dispatch(ledger, redi
 
 
 def test_a_new_dispatch_replaces_every_field_of_the_previous_one(ledger):
-    """The claim writes a dispatch over the last one: none of the old fields may survive."""
+    """A claim or a takeover writes a dispatch over the last one: no old field may survive."""
     from tasks.ledger import Dispatch
 
     session = ref().batch_id
@@ -111,27 +111,37 @@ def test_a_new_dispatch_replaces_every_field_of_the_previous_one(ledger):
     second = Dispatch("tok-b", 101.0, 7000)
     assert ledger.claim_dispatch(session, second)
     assert ledger.dispatch(session) == second
+    ledger.record_dispatch(session, Dispatch("tok-c", 102.0, 9000, 300.0, 95.0))
+    third = Dispatch("tok-d", 103.0, 9000)
+    ledger.record_dispatch(session, third)
+    assert ledger.dispatch(session) == third
 
 
-def test_a_claim_costs_three_commands_inside_its_script():
-    """Each dispatched batch is claimed once: SET NX, the dispatch's HSET and its EXPIRE.
-
-    On a Redis of its own: before, the script also deleted the previous dispatch first.
-    """
+@pytest.fixture
+def counted():
+    """A ledger on a Redis of its own, so INFO commandstats counts only the test's commands."""
     from dispatcher.devstack import private_redis
-    from tasks.ledger import Dispatch
 
     with private_redis() as base:
-        client = redis.Redis.from_url(f"{base}/0")
+        client = redis.Redis.from_url(f"{base}/0", decode_responses=True)
         try:
-            ledger = Ledger(client, ttl=3600, source="agents")
-            assert ledger.claim_dispatch("sess_warm", Dispatch("tok-w", 100.0, 5000))
-            client.config_resetstat()
-            assert ledger.claim_dispatch("sess_1", Dispatch("tok-a", 100.0, 5000, None, 90.0))
-            inside = {k: v for k, v in _commands(client).items() if k != "evalsha"}
-            assert inside == {"set": 1, "hset": 1, "expire": 1}
+            yield client, Ledger(client, ttl=3600, source="agents")
         finally:
             client.close()
+
+
+def test_a_claim_costs_three_commands_inside_its_script(counted):
+    """Each dispatched batch is claimed once: SET NX, the dispatch's HSET and its EXPIRE.
+
+    Before, the script also deleted the previous dispatch first.
+    """
+    from tasks.ledger import Dispatch
+
+    client, ledger = counted
+    assert ledger.claim_dispatch("sess_warm", Dispatch("tok-w", 100.0, 5000))  # loads it
+    client.config_resetstat()
+    assert ledger.claim_dispatch("sess_1", Dispatch("tok-a", 100.0, 5000, None, 90.0))
+    assert _commands(client, "evalsha") == {"set": 1, "hset": 1, "expire": 1}
 
 
 def test_mark_submitted_records_every_call_and_frees_only_its_own_claim(ledger, redis_client):
@@ -172,62 +182,43 @@ def test_a_batch_that_ended_stops_calls_not_yet_begun_but_keeps_saved_results(re
     assert unaware.begin(waiting, "add").ended is None
 
 
-def test_begin_costs_three_commands_inside_its_script():
+def test_begin_costs_three_commands_inside_its_script(counted):
     """A call's begin is on every call's path: one HMGET, one HSET and one EXPIRE.
 
-    On a Redis of its own (no other client's commands in the counts): before, the script
-    read the record with two HGETs and counted the attempt with an HINCRBY.
+    Before, the script read the record with two HGETs and counted the attempt with an
+    HINCRBY.
     """
-    from dispatcher.devstack import private_redis
-
-    with private_redis() as base:
-        client = redis.Redis.from_url(f"{base}/0")
-        try:
-            ledger = Ledger(client, ttl=3600, source="agents")
-            r = ref()
-            ledger.begin(r, "add")  # loads the script
-            client.config_resetstat()
-            assert ledger.begin(r, "add").attempts == 2
-            stats = client.info("commandstats")
-            inside = {
-                name.removeprefix("cmdstat_"): int(stat["calls"])
-                for name, stat in stats.items()
-                if name not in ("cmdstat_evalsha", "cmdstat_info", "cmdstat_config|resetstat")
-            }
-            assert inside == {"hmget": 1, "hset": 1, "expire": 1}
-        finally:
-            client.close()
+    client, ledger = counted
+    r = ref()
+    ledger.begin(r, "add")  # loads the script
+    client.config_resetstat()
+    assert ledger.begin(r, "add").attempts == 2
+    assert _commands(client, "evalsha") == {"hmget": 1, "hset": 1, "expire": 1}
 
 
-def _commands(client: redis.Redis) -> dict[str, int]:
-    """Commands counted since the last reset, the counting's own left out."""
+def _commands(client: redis.Redis, *leave_out: str) -> dict[str, int]:
+    """Commands counted since the last reset, the counting's own (and ``leave_out``) left out."""
+    skip = {"info", "config|resetstat", *leave_out}
     return {
         name.removeprefix("cmdstat_"): int(stat["calls"])
         for name, stat in client.info("commandstats").items()
-        if name not in ("cmdstat_info", "cmdstat_config|resetstat")
+        if name.removeprefix("cmdstat_") not in skip
     }
 
 
-def test_the_claims_of_a_page_cost_one_command():
+def test_the_claims_of_a_page_cost_one_command(counted):
     """A poller reads the claims of the sessions it dispatched on every pass they are listed.
 
-    On a Redis of its own: before, this was one GET per claim (120 here).
+    Before, this was one GET per claim (120 here).
     """
-    from dispatcher.devstack import private_redis
-
-    with private_redis() as base:
-        client = redis.Redis.from_url(f"{base}/0", decode_responses=True)
-        try:
-            ledger = Ledger(client, ttl=3600, source="agents")
-            batches = [f"sess_{i}" for i in range(120)]
-            for i in range(0, 120, 3):
-                assert ledger.claim(batches[i], f"token-{i}", 60_000)
-            client.config_resetstat()
-            owners = ledger.claim_owners(batches)
-            assert _commands(client) == {"mget": 1}
-            assert owners == [f"token-{i}" if i % 3 == 0 else None for i in range(120)]
-        finally:
-            client.close()
+    client, ledger = counted
+    batches = [f"sess_{i}" for i in range(120)]
+    for i in range(0, 120, 3):
+        assert ledger.claim(batches[i], f"token-{i}", 60_000)
+    client.config_resetstat()
+    owners = ledger.claim_owners(batches)
+    assert _commands(client) == {"mget": 1}
+    assert owners == [f"token-{i}" if i % 3 == 0 else None for i in range(120)]
 
 
 def test_claims_beyond_one_mget_keep_their_order(ledger):

@@ -103,6 +103,17 @@ class RawJson:
             raise TypeError(f"a raw JSON text must be a string, got {type(self.text).__name__}")
         check_json_text(self.text)
 
+    @classmethod
+    def rendered(cls, text: str) -> RawJson:
+        """A text :func:`dumps` made itself: one JSON value already, so it is not scanned.
+
+        The scan costs as much as the rendering: a page served from cached session texts
+        would pay it again on every listing.
+        """
+        raw = object.__new__(cls)
+        object.__setattr__(raw, "text", text)
+        return raw
+
 
 def _splice(document: str, token: str, texts: list[str]) -> str | None:
     """Replace each quoted placeholder by its raw text, in one pass; ``None`` on a collision."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 from emulator.faults import Faults
 from emulator.jsontext import dumps
@@ -81,7 +82,7 @@ def page(
     chosen = matching[: query.limit]
     for session in chosen:
         session.settle(now, turn_duration)
-    data = [s.to_json(now) for s in chosen]
+    data: list[Any] = [s.text(now) for s in chosen]
     ids = [s.id for s in chosen]
     if endless:
         numbers = range(synthetic_from, synthetic_from + query.limit - len(chosen))

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from emulator.jsontext import RawJson
+from emulator.jsontext import RawJson, dumps
 from emulator.wire import FUNCTION_CALL, JSON, ActionKey, action_key, agent_json, default_tools
 
 _RAW_ACTION_KEYS = frozenset({"json", "turn_id", "call_id"})
@@ -102,6 +102,7 @@ class Session:
     busy_until: float = 0.0
     error: str | None = None
     version: int = 0
+    _text: tuple[tuple[int, str], RawJson] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def new(
@@ -193,6 +194,20 @@ class Session:
         if self._has_actions():
             return "requires_action"
         return "in_progress" if now < self.busy_until else "idle"
+
+    def text(self, now: float) -> RawJson:
+        """:meth:`to_json` rendered, made again only once the session visibly changed.
+
+        A poller lists every session on every pass, answered or not: rendering each one
+        anew made the pages most of the emulator's work (and so of a benchmark's API share).
+        What a page shows changes only with :attr:`version` (every change of actions goes
+        through :meth:`_touch`) or the status (a turn's end is a matter of time); the raw
+        fields and the error are set before a session is first shown.
+        """
+        key = (self.version, self.status(now))
+        if self._text is None or self._text[0] != key:
+            self._text = (key, RawJson.rendered(dumps(self.to_json(now))))
+        return self._text[1]
 
     def to_json(self, now: float) -> JSON:
         """The ``agent.session`` object, with every field the SDK requires.

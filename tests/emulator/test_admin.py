@@ -193,3 +193,31 @@ def test_bulk_seeding_and_batches_offset(emu: EmulatorServer, admin: httpx.Clien
     assert [b["session_id"] for b in admin.get("/batches?offset=1").json()["data"]] == [ids[2]]
     assert admin.get("/batches?offset=5").json()["data"] == []
     assert admin.get("/batches?offset=-1").status_code == 400
+
+
+def _listed(state: EmulatorState) -> dict[str, dict[str, object]]:
+    from emulator.jsontext import dumps
+    from emulator.validation import ListQuery
+
+    page = json.loads(dumps(state.list_page(ListQuery(limit=100))))
+    return {s["id"]: s for s in page["data"]}
+
+
+def test_a_listed_session_follows_every_change_and_is_rendered_once_between() -> None:
+    clock = [100.0]
+    state = EmulatorState(turn_duration=5.0, clock=lambda: clock[0])
+    sid = state.create_session([function_call("add", turn_id="t1", call_id="c1")])["id"]
+    first = _listed(state)[sid]
+    assert first["status"] == "requires_action" and len(first["required_actions"]) == 1
+    session = state._sessions[sid]
+    assert session.text(clock[0]) is session.text(clock[0])  # unchanged: not rendered again
+
+    state.add_actions(sid, [function_call("mul", turn_id="t1", call_id="c2")])
+    assert [a["call_id"] for a in _listed(state)[sid]["required_actions"]] == ["c1", "c2"]
+    both = [RESULT, {**RESULT, "call_id": "c2"}]
+    state.submit(sid, {"events": both}, None, {})
+    answered = _listed(state)[sid]
+    assert (answered["status"], answered["required_actions"]) == ("in_progress", [])
+    clock[0] += 5.0  # the turn ends by time alone, with no change to the session
+    assert _listed(state)[sid]["status"] == "idle"
+    assert _listed(state)[sid] == state.session(sid)

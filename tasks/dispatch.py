@@ -20,8 +20,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from celery import chord
-
 from handlers.result import CallResult, Outcome
 from handlers.text import shown
 from tasks import metrics
@@ -31,6 +29,7 @@ from tasks.execute import call_signature, result_payload, tool_timeout
 from tasks.ledger import FINAL_STATES, BatchView, CallRef, CallStatus, Dispatch, Ledger
 from tasks.liveness import Reaper
 from tasks.memo import DispatchMemo
+from tasks.publish import send_chord
 from tasks.queues import ControlQueue, execute_queue
 from tasks.runtime import delivers_in_place
 from tasks.settings import Settings, load_registry
@@ -461,7 +460,7 @@ class Dispatcher:
         header = [
             call_signature(self._envelope(batch, c, dispatch)).set(**UNSTORED) for c in to_run
         ]
-        chord(header)(body)
+        send_chord(app, header, body)
 
     def _envelope(self, batch: Batch, call: PendingCall, dispatch: Dispatch) -> Envelope:
         return Envelope(

@@ -1,0 +1,137 @@
+"""send_chord: the messages of Celery's own chords, in one broker round trip per batch.
+
+Each test uses a Celery app of its own on a private redis-server (broker database 0,
+results 1), with toolfan's Celery configuration: no worker consumes its queues, so the
+messages stay where the test reads them, and the server's counters are the test's alone.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery, chord
+from celery.canvas import Signature
+
+from tasks.dispatch import _not_subscribing
+from tasks.publish import send_chord
+
+QUEUE = "fn.publish_test"
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+@pytest.fixture
+def app() -> Iterator[Celery]:
+    from dispatcher.devstack import private_redis
+    from tasks.config import celery_config
+    from tasks.settings import get_settings, load_registry
+
+    with private_redis() as base:
+        app = Celery("publish-test", set_as_current=False)
+        app.conf.update(celery_config(get_settings(), load_registry()))
+        app.conf.update(broker_url=f"{base}/0", result_backend=f"{base}/1")
+        try:
+            yield app
+        finally:
+            app.close()
+
+
+def header(app: Celery, calls: int) -> list[Signature[Any]]:
+    return [
+        Signature(
+            "toolfan.execute",
+            kwargs={"call": {"call_id": f"call_{i}", "arguments": {"n": i}}},
+            options={
+                "queue": QUEUE,
+                "time_limit": 40.0,
+                "ignore_result": True,
+                "argsrepr": "()",
+                "kwargsrepr": f"{{'call': ('call_{i}', <arguments hidden>)}}",
+            },
+            app=app,
+        )
+        for i in range(calls)
+    ]
+
+
+def body(app: Celery) -> Signature[Any]:
+    return Signature(
+        "toolfan.submit",
+        kwargs={"batch": {"batch_id": "sess_1"}, "saved": []},
+        options={"queue": "toolfan.submit", "ignore_result": True, "kwargsrepr": "{...}"},
+        app=app,
+    )
+
+
+def queued(app: Celery) -> list[dict[str, Any]]:
+    """The messages on the test queue, oldest first, decoded, with every uuid blanked."""
+    client = redis.Redis.from_url(app.conf.broker_url)
+    raw = [json.loads(m) for m in reversed(client.lrange(QUEUE, 0, -1))]
+    client.delete(QUEUE)
+    client.close()
+    for message in raw:
+        message["body"] = json.loads(base64.b64decode(message["body"]))
+    return json.loads(UUID.sub("<uuid>", json.dumps(raw)))
+
+
+def test_a_chord_is_sent_as_celerys_canvas_sends_it(app):
+    with _not_subscribing(app.backend):
+        chord(header(app, 3), app=app)(body(app))
+    by_celery = queued(app)
+    send_chord(app, header(app, 3), body(app))
+    ours = queued(app)
+    assert len(ours) == 3
+    assert ours == by_celery
+    embedded = ours[2]["body"][2]["chord"]
+    assert embedded["task"] == "toolfan.submit" and ours[2]["headers"]["group_index"] == 2
+
+
+def test_the_chord_size_is_where_celery_looks_for_it(app):
+    group_id = send_chord(app, header(app, 4), body(app))
+    backend = redis.Redis.from_url(app.conf.result_backend)
+    key = app.backend.get_key_for_group(group_id, ".s")
+    assert backend.get(key) == b"4"
+    assert 0 < backend.ttl(key) <= app.backend.chord_expires
+    client = redis.Redis.from_url(app.conf.broker_url)
+    groups = {json.loads(m)["headers"]["group"] for m in client.lrange(QUEUE, 0, -1)}
+    assert groups == {group_id}
+
+
+def round_trips(app: Celery, send: Callable[[], object]) -> int:
+    """Requests the server read from its clients while ``send`` ran (one per round trip).
+
+    Three messages fit in one write of the client (redis-py sends a pipeline in pieces of
+    about 6 KB) and one read of the server, so a pipeline of them is one read; the counting
+    client's own INFO is one more, taken off.
+    """
+    counter = redis.Redis.from_url(app.conf.broker_url)
+    try:
+        before = int(counter.info("stats")["total_reads_processed"])
+        send()
+        return int(counter.info("stats")["total_reads_processed"]) - before - 1
+    finally:
+        counter.close()
+
+
+def test_a_batch_of_calls_costs_one_round_trip_to_the_broker_and_one_to_the_backend(app):
+    send_chord(app, header(app, 2), body(app))  # connections open, queue declared
+    with _not_subscribing(app.backend):
+        chord(header(app, 2), app=app)(body(app))
+    queued(app)
+    ours = round_trips(app, lambda: send_chord(app, header(app, 3), body(app)))
+    assert len(queued(app)) == 3
+    with _not_subscribing(app.backend):
+        canvas = round_trips(app, lambda: chord(header(app, 3), app=app)(body(app)))
+    assert len(queued(app)) == 3
+    assert ours == 2  # the chord's size (one SET), then the three messages in one pipeline
+    assert canvas == 5  # the size in two (DEL, SET), then one round trip per message
+
+
+def test_an_empty_chord_is_refused(app):
+    with pytest.raises(ValueError, match="at least one"):
+        send_chord(app, [], body(app))

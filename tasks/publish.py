@@ -59,7 +59,7 @@ def send_chord(app: Celery, header: Sequence[Signature[Any]], body: Signature[An
                 kwargs=sig.kwargs,
                 producer=producer,
                 add_to_parent=False,
-                task_id=uuid(),
+                task_id=sig.options.get("task_id") or uuid(),  # kept if frozen, as by the canvas
                 group_id=group_id,
                 group_index=index,
                 chord=cast(Any, callback),  # the body, as the canvas sends it (stubs say chord)
@@ -68,20 +68,17 @@ def send_chord(app: Celery, header: Sequence[Signature[Any]], body: Signature[An
     return group_id
 
 
-#: Options a header signature may carry that the chord itself sets.
+#: Options a header signature may carry that the chord itself sets (its id is passed apart).
 _CHORD_FIELDS = frozenset({"task_id", "group_id", "group_index", "chord", "producer"})
 
 
 def set_chord_size(backend: Any, group_id: str, size: int) -> None:
-    """Record a new chord's size where the result backend's chord counting reads it.
+    """Record a new chord's size where the Redis result backend's chord counting reads it.
 
-    Celery's Redis backend writes it in two round trips (it first deletes the count of a
-    chord sent again under the same group id, which a new uuid never is): here it is one
-    SET with the backend's own key and expiry. Another backend is asked to do it itself.
+    toolfan's result backend is always Redis (``TOOLFAN_REDIS_URL``, which the ledger
+    shares). Celery's own ``set_chord_size`` takes two round trips: it first deletes the
+    count of a chord sent again under the same group id, which a new uuid never is. Here
+    it is one SET, with the backend's own key and expiry.
     """
-    client = getattr(backend, "client", None)
-    key_for = getattr(backend, "get_key_for_group", None)
-    if client is None or key_for is None or not hasattr(backend, "chord_expires"):
-        backend.set_chord_size(group_id, size)
-        return
-    client.set(key_for(group_id, SIZE_SUFFIX), size, ex=backend.chord_expires or None)
+    key = backend.get_key_for_group(group_id, SIZE_SUFFIX)
+    backend.client.set(key, size, ex=backend.chord_expires or None)

@@ -132,6 +132,18 @@ def test_a_batch_of_calls_costs_one_round_trip_to_the_broker_and_one_to_the_back
     assert canvas == 5  # the size in two (DEL, SET), then one round trip per message
 
 
-def test_an_empty_chord_is_refused(app):
+def test_an_empty_chord_or_a_nameless_task_is_refused(app):
     with pytest.raises(ValueError, match="at least one"):
         send_chord(app, [], body(app))
+    with pytest.raises(ValueError, match="task name"):
+        send_chord(app, [*header(app, 1), Signature(None, app=app)], body(app))
+    assert queued(app) == []  # nothing was sent
+
+
+def test_a_frozen_header_task_keeps_its_id_as_with_the_canvas(app):
+    frozen = header(app, 2)
+    frozen[1].freeze("frozen-task-id")
+    send_chord(app, frozen, body(app))
+    client = redis.Redis.from_url(app.conf.broker_url)
+    ids = [json.loads(m)["headers"]["id"] for m in reversed(client.lrange(QUEUE, 0, -1))]
+    assert ids[1] == "frozen-task-id" and UUID.fullmatch(ids[0])

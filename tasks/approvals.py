@@ -323,6 +323,24 @@ def gate(
     return _answer(approval, digest_of(arguments))
 
 
+def close(
+    store: ApprovalStore, source: str, ref: tuple[str, str, str], why: str
+) -> CallResult | None:
+    """Time out a call's undecided approval now; its answer when it has timed out, else None.
+
+    The poller calls this when a batch must go out before its run expires while a call is
+    still unfinished: a call waiting for a person is then answered as an approval that
+    timed out (and a late decision is refused), not as a call that ran too long. ``ref``
+    is the call's batch, turn and call ids. None: no approval, or one decided otherwise.
+    """
+    aid = approval_id(source, *ref)
+    store.decide(aid, State.TIMED_OUT, "toolfan", why, withdraw=True)
+    approval = store.get(aid)
+    if approval is None or approval.state is not State.TIMED_OUT:
+        return None
+    return _answer(approval, "")
+
+
 def _answer(approval: Approval, digest: str) -> CallResult | None:
     """What a decided approval means for the call about to run with ``digest``."""
     extra = {**_ids(approval), "event": "approval_" + approval.state.value, "by": approval.by}

@@ -24,6 +24,7 @@ from handlers.result import CallResult, Outcome
 from handlers.text import shown
 from tasks import metrics
 from tasks.app import app
+from tasks.approvals import ApprovalStore, close
 from tasks.envelope import Delivery, Envelope, bounded_metadata
 from tasks.execute import call_signature, result_payload, tool_timeout
 from tasks.ledger import FINAL_STATES, BatchView, CallRef, CallStatus, Dispatch, Ledger
@@ -360,14 +361,23 @@ class Dispatcher:
         return time.time() >= dispatch.expires_at - self.settings.expiry_margin
 
     def _expire(self, batch_id: str, call: PendingCall, status: CallStatus) -> CallStatus:
-        """Save a timeout error for an unfinished call; a result saved first still wins."""
+        """Save a timeout error for an unfinished call; a result saved first still wins.
+
+        A call still waiting for a person gets its approval's timeout (the approval is
+        closed now, so a late decision is refused): its deadline is this same instant, and
+        the waiting task's next look may come after the batch must go out.
+        """
         if status.result is not None:
             return status
-        error = CallResult.fail(
-            Outcome.TIMEOUT,
-            f"Function {call.name!r} did not finish before the {self.noun}'s pending actions "
-            "expire; it was answered with this error so the turn can continue",
-        )
+        store = ApprovalStore(self.ledger.client, self.ledger.ttl)
+        why = f"the {self.noun}'s pending actions expire"
+        error = close(store, self.source, (batch_id, call.turn_id, call.call_id), why)
+        if error is None:
+            error = CallResult.fail(
+                Outcome.TIMEOUT,
+                f"Function {call.name!r} did not finish before the {self.noun}'s pending "
+                "actions expire; it was answered with this error so the turn can continue",
+            )
         return CallStatus(status.state, self.ledger.finish(_ref(batch_id, call), error))
 
     def _refuse_undeclared(self, batch: Batch, call: PendingCall, status: CallStatus) -> CallStatus:

@@ -120,3 +120,38 @@ def test_a_waiting_call_keeps_its_batch_claimed_and_its_dispatch_fresh(ledger):
     assert dispatch is not None and dispatch.lease_ms >= 699_000  # 100 s past, 600 s ahead
     ledger.extend_claim("sess_unclaimed", 600_000)  # keeps a claim; never makes one
     assert ledger.claim_owner("sess_unclaimed") is None
+
+
+def test_a_batch_going_out_answers_its_waiting_call_as_an_approval_timeout(ledger, store):
+    # A run's expiry and the approval's deadline are the same instant; the waiting task
+    # looks again up to POLL_SECONDS later, so the poller's expiry often answers first.
+    from tasks.dispatch import Dispatcher, PendingCall
+    from tasks.ledger import CallRef, CallStatus
+    from tasks.runtime import get_settings
+
+    none = CallStatus(None, None)
+
+    expires = time.time() + 20
+    with pytest.raises(AwaitingApproval) as waiting:
+        gate(store, ctx("call_w", deadline=expires), {"key": "k"}, "r", 600, 15)
+    dispatcher = Dispatcher("agents", ledger, get_settings(), noun="session")
+    status = dispatcher._expire("sess_1", PendingCall("turn_1", "call_w", "erase", {}), none)
+    assert status.result is not None and status.result.outcome is Outcome.TIMEOUT
+    assert status.result.error == "Approval timed out after 5 s"  # asked 5 s before its deadline
+    closed = store.get(waiting.value.approval.id)
+    assert closed is not None and closed.state is State.TIMED_OUT
+    late = store.decide(closed.id, State.APPROVED, "alice", "")
+    assert (late.taken, late.outcome) == (False, "timed_out")
+    assert store.pending() == []
+    # A call with no approval, or one already approved (it is running), is answered as a
+    # call that did not finish.
+    plain = dispatcher._expire("sess_1", PendingCall("turn_1", "call_p", "add", {}), none)
+    with pytest.raises(AwaitingApproval) as approved:
+        gate(store, ctx("call_a", deadline=expires), {}, "r", 600, 15)
+    store.decide(approved.value.approval.id, State.APPROVED, "alice", "ok")
+    running = dispatcher._expire("sess_1", PendingCall("turn_1", "call_a", "erase", {}), none)
+    for answered in (plain, running):
+        assert answered.result is not None and answered.result.error is not None
+        assert answered.result.error.startswith("Function ")
+        assert "did not finish before the session's pending actions expire" in answered.result.error
+    assert ledger.saved(CallRef("sess_1", "turn_1", "call_w")) == status.result

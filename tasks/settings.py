@@ -94,6 +94,12 @@ class Settings(BaseModel):
         description="seconds between reads of a watched run whose phase is in flight "
         "(0: every pass)",
     )
+    runs_readers: int = Field(
+        8,
+        ge=1,
+        le=20,
+        description="watched runs a runs poller reads at once (its client keeps 20 connections)",
+    )
     model: str = Field(
         "gpt-4.1-mini", min_length=1, description="the model a tool loop calls by default"
     )

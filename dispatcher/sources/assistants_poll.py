@@ -1,6 +1,7 @@
 """One pass over the watched runs (and, on Foundry, the recent threads' runs).
 
-Each watched run is read once a pass (one request), except a run whose phase is in flight
+Each watched run is read once a pass (one request; ``TOOLFAN_RUNS_READERS`` at a time, and
+a run that waits is dispatched as the reads come in), except a run whose phase is in flight
 under a claim (this poller's or another's): nothing about it can change but a cancel, a
 failure or an expiry, so it is read again only ``TOOLFAN_RUNS_RECHECK`` seconds (1) after
 its last read, and a fast loop does not read hundreds of busy runs five times a second.
@@ -15,8 +16,11 @@ reads each one's latest runs: one request per 100 threads plus one per thread.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 from dispatcher.errors import APIError, NotFoundError
@@ -39,6 +43,14 @@ log = logging.getLogger("toolfan.poll")
 
 #: Runs read per thread when discovering runs through the thread list.
 RUNS_PER_THREAD = 5
+#: Waiting runs a pass dispatches together as its reads come in (one ledger round trip).
+DISPATCH_EVERY = 25
+#: Seconds every read takes at least when the API is far (over a network): then the runs
+#: are read ``TOOLFAN_RUNS_READERS`` at once. Reads one at a time go together after
+#: FAR_AFTER slow ones in a row (one slow read may be a pause of either side); reads
+#: together go one at a time after a pass whose fastest read was quick.
+FAR_READ = 0.01
+FAR_AFTER = 3
 
 
 @dataclass
@@ -102,6 +114,10 @@ class RunsPoller:
         self.reported = OnceLog(log)
         #: Batch id -> ``time.monotonic()`` of its run's last read, for the watched runs.
         self.read_at: dict[str, float] = {}
+        #: The reader threads (``TOOLFAN_RUNS_READERS``), started by the first far pass.
+        self._pool: ThreadPoolExecutor | None = None
+        #: Whether the API is far: reads take FAR_READ or more (assumed until one does not).
+        self._far = True
 
     def poll_once(self) -> RunsSummary:
         """Read every watched run (but those resting) and dispatch the phases that wait."""
@@ -112,12 +128,21 @@ class RunsPoller:
         resting = self._resting(watches)
         summary.runs_resting = len(resting)
         unread = [w for w in watches if batch_id(w.thread_id, w.run_id) not in resting]
-        batches = [b for b in (self._watched(w, summary) for w in unread) if b]
-        if self.settings.runs_discover == "threads" and self.client.config.lists_threads:
-            batches += self._discovered(summary, {(b.batch_id) for b in batches})
         counts = DispatchCounts()
-        for start in range(0, len(batches), 100):
-            self.dispatcher.dispatch(batches[start : start + 100], counts)
+        known: set[str] = set()
+        pending: list[Batch] = []
+        for watch, read in self._reads(unread):
+            batch = self._watched(watch, read, summary)
+            if batch is not None:
+                known.add(batch.batch_id)
+                pending.append(batch)
+            if len(pending) >= DISPATCH_EVERY:  # the fleet starts while the pass reads on
+                self.dispatcher.dispatch(pending, counts)
+                pending = []
+        if self.settings.runs_discover == "threads" and self.client.config.lists_threads:
+            pending += self._discovered(summary, known)
+        for start in range(0, len(pending), 100):
+            self.dispatcher.dispatch(pending[start : start + 100], counts)
         summary.add(counts)
         summary.orphans_restored = self.dispatcher.end_pass()
         metrics.POLL_DURATION.observe(time.perf_counter() - started)
@@ -154,22 +179,86 @@ class RunsPoller:
     def _stopping(self) -> bool:
         return self.stop is not None and self.stop.is_set()
 
-    def _watched(self, watch: Watch, summary: RunsSummary) -> Batch | None:
-        if self._stopping():
-            return None
-        ids = f"thread_id={shown(watch.thread_id)} run_id={shown(watch.run_id)}"
+    def _reads(self, watches: list[Watch]) -> Iterator[tuple[Watch, Run | APIError]]:
+        """Each watched run as read (or the API's error), in order: several at once if far.
+
+        A pass over many runs is one request each: read one after another, a pass over 400
+        runs at 100 ms a request takes 40 s. So when the API is far (a read takes
+        :data:`FAR_READ` or more: the time is the network's), ``runs_readers`` reads go
+        out together; the client's pool is shared and thread-safe, and what is done with
+        each answer stays in this thread, in order. An API that answers sooner (on this
+        host or next to it) is read one run at a time: there, reader threads would only
+        contend for the interpreter and the cores the fleet runs on. A stop cancels the
+        reads not yet started.
+        """
+        done, slow = 0, 0
+        while not self._far and done < len(watches):
+            if self._stopping():
+                return
+            read, seconds = self._timed_read(watches[done])
+            yield watches[done], read
+            done += 1
+            slow = slow + 1 if seconds >= FAR_READ else 0
+            if slow >= FAR_AFTER:
+                self._reading(far=True, seconds=seconds)
+        if done < len(watches):
+            yield from self._together(watches[done:])
+
+    def _reading(self, *, far: bool, seconds: float) -> None:
+        """Switch between reading one run at a time and several at once, and say so."""
+        if far != self._far:
+            how = f"{self.settings.runs_readers} at once" if far else "one at a time"
+            log.info("runs poller: reading %s (a read took %.1f ms)", how, seconds * 1000)
+        self._far = far
+
+    def _together(self, watches: list[Watch]) -> Iterator[tuple[Watch, Run | APIError]]:
+        """The runs read ``runs_readers`` at a time, in order; then whether still far."""
+        readers = self.settings.runs_readers
+        if self._pool is None and readers > 1 and len(watches) > 1:
+            self._pool = ThreadPoolExecutor(readers, thread_name_prefix="toolfan-runs-read")
+        if self._pool is None:
+            reads = (self._timed_read(w) for w in watches)  # TOOLFAN_RUNS_READERS=1
+            futures = []
+        else:
+            futures = [self._pool.submit(self._timed_read, w) for w in watches]
+            reads = (f.result() for f in futures)
+        fastest = math.inf
         try:
-            run = self.client.retrieve_run(watch.thread_id, watch.run_id)
-            self.read_at[batch_id(watch.thread_id, watch.run_id)] = time.monotonic()
-        except NotFoundError:
+            for watch, (read, seconds) in zip(watches, reads, strict=True):
+                if self._stopping():
+                    return
+                fastest = min(fastest, seconds)
+                yield watch, read
+            self._reading(far=fastest >= FAR_READ, seconds=fastest)
+        finally:
+            for future in futures:
+                future.cancel()
+
+    def _read(self, watch: Watch) -> Run | APIError:
+        """One run as the API shows it now, or the API's error."""
+        try:
+            return self.client.retrieve_run(watch.thread_id, watch.run_id)
+        except APIError as exc:
+            return exc
+
+    def _timed_read(self, watch: Watch) -> tuple[Run | APIError, float]:
+        """A reader thread's work: one read, and the seconds it took."""
+        started = time.perf_counter()
+        return self._read(watch), time.perf_counter() - started
+
+    def _watched(self, watch: Watch, run: Run | APIError, summary: RunsSummary) -> Batch | None:
+        """What one read of a watched run means: a batch to dispatch, or None."""
+        ids = f"thread_id={shown(watch.thread_id)} run_id={shown(watch.run_id)}"
+        if isinstance(run, NotFoundError):
             log.warning("%s no such run; no longer watched", ids)
             self.watches.drop(watch.thread_id, watch.run_id)
             return None
-        except APIError as exc:
+        if isinstance(run, APIError):
             summary.errors += 1
             metrics.POLL_ERRORS.labels("run").inc()
-            self.reported.error(batch_id(watch.thread_id, watch.run_id), "%s %s", ids, exc)
+            self.reported.error(batch_id(watch.thread_id, watch.run_id), "%s %s", ids, run)
             return None
+        self.read_at[batch_id(watch.thread_id, watch.run_id)] = time.monotonic()
         summary.runs_seen += 1
         if run.finished or _past(run):
             summary.runs_finished += 1

@@ -318,3 +318,74 @@ def test_a_cancel_during_a_long_phase_is_noticed_within_the_recheck(stack, state
     wait_for(lambda: not _watched(stack), 15, "the cancelled run to leave the watch list", 0.1)
     assert time.monotonic() - cancelled < 5  # the call itself still had 8.5 s to go
     assert state.submits(run["thread_id"], run["id"]) == []
+
+
+def _first_reads(state, runs: list[dict]) -> list[float]:
+    """When the API answered each run's first read."""
+    firsts = []
+    for run in runs:
+        path = f"/threads/{run['thread_id']}/runs/{run['id']}"
+        reads = state.requests(path, method="GET")
+        firsts.append(min(r.at for r in reads if r.path.endswith(run["id"])))
+    return firsts
+
+
+def test_runs_behind_a_slow_api_are_read_together_not_one_after_another(stack, state):
+    # Every run read answers 0.3 s late, as an API across a network might: read one after
+    # another, 16 runs take 4.8 s a pass, and the last one's calls wait for all of it.
+    state.set_faults(latency=0.3, endpoints=["runs"])
+    runs = [state.create_run([[call("add", {"a": i, "b": 1}, f"call_far_{i}")]]) for i in range(16)]
+    watch(stack, *runs)
+    for run in runs:
+        finished(state, run)
+    firsts = _first_reads(state, runs)
+    assert max(firsts) - min(firsts) < 2.5, sorted(round(t - min(firsts), 2) for t in firsts)
+    for i, run in enumerate(runs):
+        assert outputs(state, run) == [[(f"call_far_{i}", str(i + 1))]]
+
+
+def test_a_near_api_is_read_one_run_at_a_time_and_a_far_one_several_at_once(stack, state):
+    # RunsPoller in this process, on the stack's emulator over HTTP, with default settings;
+    # the runs are not watched, so the stack's own poller leaves them alone.
+    import threading
+
+    from dispatcher.sources.assistants_client import AssistantsClient
+    from dispatcher.sources.assistants_config import load_config
+    from dispatcher.sources.assistants_poll import FAR_AFTER, RunsPoller
+    from dispatcher.sources.assistants_watch import Watch
+    from tasks.settings import Settings
+
+    readers: list[str] = []
+
+    class Recording(AssistantsClient):
+        def retrieve_run(self, thread_id: str, run_id: str):
+            readers.append(threading.current_thread().name)
+            return super().retrieve_run(thread_id, run_id)
+
+    runs = [state.create_run([[call("add", {"a": i, "b": 2})]]) for i in range(12)]
+    watches = [Watch(r["thread_id"], r["id"], time.time()) for r in runs]
+    ledger = Ledger(stack.redis(), 3600, "assistants")
+    with Recording(load_config(stack.env)) as client:
+        poller = RunsPoller(client, ledger, Settings())
+
+        def one_pass() -> list[str]:
+            readers.clear()
+            got = list(poller._reads(watches))
+            assert [w for w, _ in got] == watches  # in order, whoever read them
+            assert [r.run_id for _, r in got] == [r["id"] for r in runs]
+            return list(readers)
+
+        # Far until shown otherwise: the first pass reads together, and finds the API near.
+        first = one_pass()
+        assert all(name.startswith("toolfan-runs-read") for name in first), first
+        assert not poller._far
+        assert one_pass() == ["MainThread"] * len(runs)
+        # Slow answers: FAR_AFTER of them in a row, then the rest of the pass together.
+        state.set_faults(latency=0.05, endpoints=["runs"])
+        slow = one_pass()
+        assert slow[:FAR_AFTER] == ["MainThread"] * FAR_AFTER
+        assert {name.split("_")[0] for name in slow[FAR_AFTER:]} == {"toolfan-runs-read"}
+        assert poller._far
+        state.set_faults(latency=0.0, endpoints=["runs"])
+        one_pass()  # together; its fastest read was quick, so the next pass is one at a time
+        assert one_pass() == ["MainThread"] * len(runs)

@@ -19,9 +19,10 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from typing import TypeVar
 
 from dispatcher.errors import APIError, NotFoundError
 from dispatcher.once import OnceLog
@@ -40,6 +41,9 @@ from tasks.runtime import get_ledger
 from tasks.settings import Settings, get_settings
 
 log = logging.getLogger("toolfan.poll")
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 #: Runs read per thread when discovering runs through the thread list.
 RUNS_PER_THREAD = 5
@@ -180,71 +184,65 @@ class RunsPoller:
         return self.stop is not None and self.stop.is_set()
 
     def _reads(self, watches: list[Watch]) -> Iterator[tuple[Watch, Run | APIError]]:
-        """Each watched run as read (or the API's error), in order: several at once if far.
+        """Each watched run as read (or the API's error), in order."""
+        return self._each(watches, lambda w: self.client.retrieve_run(w.thread_id, w.run_id))
 
-        A pass over many runs is one request each: read one after another, a pass over 400
-        runs at 100 ms a request takes 40 s. So when the API is far (a read takes
+    def _each(self, items: Sequence[T], read: Callable[[T], R]) -> Iterator[tuple[T, R | APIError]]:
+        """``read`` of each item (or the API's error), in order: several at once if far.
+
+        A pass over many runs (or threads) is one request each: read one after another,
+        400 runs at 100 ms a request take 40 s. So when the API is far (a read takes
         :data:`FAR_READ` or more: the time is the network's), ``runs_readers`` reads go
         out together; the client's pool is shared and thread-safe, and what is done with
         each answer stays in this thread, in order. An API that answers sooner (on this
-        host or next to it) is read one run at a time: there, reader threads would only
+        host or next to it) is read one item at a time: there, reader threads would only
         contend for the interpreter and the cores the fleet runs on. A stop cancels the
         reads not yet started.
         """
         done, slow = 0, 0
-        while not self._far and done < len(watches):
+        while not self._far and done < len(items):
             if self._stopping():
                 return
-            read, seconds = self._timed_read(watches[done])
-            yield watches[done], read
+            answer, seconds = _timed(read, items[done])
+            yield items[done], answer
             done += 1
             slow = slow + 1 if seconds >= FAR_READ else 0
             if slow >= FAR_AFTER:
                 self._reading(far=True, seconds=seconds)
-        if done < len(watches):
-            yield from self._together(watches[done:])
+        if done < len(items):
+            yield from self._together(items[done:], read)
 
     def _reading(self, *, far: bool, seconds: float) -> None:
-        """Switch between reading one run at a time and several at once, and say so."""
+        """Switch between reading one item at a time and several at once, and say so."""
         if far != self._far:
             how = f"{self.settings.runs_readers} at once" if far else "one at a time"
             log.info("runs poller: reading %s (a read took %.1f ms)", how, seconds * 1000)
         self._far = far
 
-    def _together(self, watches: list[Watch]) -> Iterator[tuple[Watch, Run | APIError]]:
-        """The runs read ``runs_readers`` at a time, in order; then whether still far."""
+    def _together(
+        self, items: Sequence[T], read: Callable[[T], R]
+    ) -> Iterator[tuple[T, R | APIError]]:
+        """``read`` of each item, ``runs_readers`` at a time, in order; then whether still far."""
         readers = self.settings.runs_readers
-        if self._pool is None and readers > 1 and len(watches) > 1:
+        if self._pool is None and readers > 1 and len(items) > 1:
             self._pool = ThreadPoolExecutor(readers, thread_name_prefix="toolfan-runs-read")
+        futures: list[Future[tuple[R | APIError, float]]] = []
         if self._pool is None:
-            reads = (self._timed_read(w) for w in watches)  # TOOLFAN_RUNS_READERS=1
-            futures = []
+            answers: Iterator[tuple[R | APIError, float]] = (_timed(read, i) for i in items)
         else:
-            futures = [self._pool.submit(self._timed_read, w) for w in watches]
-            reads = (f.result() for f in futures)
+            futures = [self._pool.submit(_timed, read, i) for i in items]
+            answers = (f.result() for f in futures)
         fastest = math.inf
         try:
-            for watch, (read, seconds) in zip(watches, reads, strict=True):
+            for item, (answer, seconds) in zip(items, answers, strict=True):
                 if self._stopping():
                     return
                 fastest = min(fastest, seconds)
-                yield watch, read
+                yield item, answer
             self._reading(far=fastest >= FAR_READ, seconds=fastest)
         finally:
             for future in futures:
                 future.cancel()
-
-    def _read(self, watch: Watch) -> Run | APIError:
-        """One run as the API shows it now, or the API's error."""
-        try:
-            return self.client.retrieve_run(watch.thread_id, watch.run_id)
-        except APIError as exc:
-            return exc
-
-    def _timed_read(self, watch: Watch) -> tuple[Run | APIError, float]:
-        """A reader thread's work: one read, and the seconds it took."""
-        started = time.perf_counter()
-        return self._read(watch), time.perf_counter() - started
 
     def _watched(self, watch: Watch, run: Run | APIError, summary: RunsSummary) -> Batch | None:
         """What one read of a watched run means: a batch to dispatch, or None."""
@@ -281,14 +279,10 @@ class RunsPoller:
             summary.errors += 1
             self.reported.error("threads", "listing threads failed: %s", exc)
             return []
-        for thread_id in threads:
-            if self._stopping():
-                break
-            try:
-                runs = self.client.runs_of(thread_id, RUNS_PER_THREAD)
-            except APIError as exc:
+        for thread_id, runs in self._each(threads, self._runs_of):
+            if isinstance(runs, APIError):
                 summary.errors += 1
-                self.reported.error(thread_id, "thread_id=%s runs unreadable: %s", thread_id, exc)
+                self.reported.error(thread_id, "thread_id=%s runs unreadable: %s", thread_id, runs)
                 continue
             for run in runs:
                 summary.runs_seen += 1
@@ -298,6 +292,10 @@ class RunsPoller:
                 if batch is not None:
                     batches.append(batch)
         return batches
+
+    def _runs_of(self, thread_id: str) -> list[Run]:
+        """A discovered thread's latest runs (one request)."""
+        return self.client.runs_of(thread_id, RUNS_PER_THREAD)
 
     def _batch(self, run: Run, summary: RunsSummary) -> Batch | None:
         """The batch of a waiting run's phase, or None while it does not wait."""
@@ -334,6 +332,16 @@ class RunsPoller:
         return PendingCall(
             phase, call_id, name, None if problem is not None else arguments, problem
         )
+
+
+def _timed(read: Callable[[T], R], item: T) -> tuple[R | APIError, float]:
+    """``read(item)`` (or the API's error, returned), and the seconds it took."""
+    started = time.perf_counter()
+    try:
+        answer: R | APIError = read(item)
+    except APIError as exc:
+        answer = exc
+    return answer, time.perf_counter() - started
 
 
 def _past(run: Run) -> bool:

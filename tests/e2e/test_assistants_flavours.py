@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher.sources.assistants import batch_id
+from dispatcher.sources.assistants_poll import RunsPoller, RunsSummary
 from tests.e2e.runs_stack import RunsStack
 from tests.e2e.test_assistants import call, finished, outputs, watch
 
@@ -37,3 +39,28 @@ def test_foundry_runs_are_found_through_the_thread_list_without_a_watch(tmp_path
             assert finished(other.state, run)["status"] == "completed"
             assert [o for phase in outputs(other.state, run) for _, o in phase] == [str(2 * i)]
         assert other.state.requests("/threads", method="GET")  # found by listing threads
+        # Behind a slow API, a discovering pass reads the threads' runs several at once:
+        # one after another, 16 threads at 0.3 s a read take 4.8 s.
+        more = [other.state.create_run([[call("add", {"a": i, "b": 1})]]) for i in range(16)]
+        other.state.set_faults(latency=0.3, endpoints=["runs"])
+        poller = _runs_poller(other)
+        started = time.monotonic()
+        found = poller._discovered(RunsSummary(), set())
+        elapsed = time.monotonic() - started
+        assert elapsed < 3.0, elapsed
+        assert {b.batch_id for b in found} <= {batch_id(r["thread_id"], r["id"]) for r in more}
+        assert poller._far
+        for run in more:
+            assert finished(other.state, run)["status"] == "completed"
+
+
+def _runs_poller(stack: RunsStack) -> RunsPoller:
+    """A runs poller in this process, on the stack's emulator, ledger and default settings."""
+    from dispatcher.sources.assistants_client import AssistantsClient
+    from dispatcher.sources.assistants_config import load_config
+    from tasks.ledger import Ledger
+    from tasks.settings import Settings
+
+    settings = Settings(runs_discover="threads")
+    ledger = Ledger(stack.redis(), 3600, "assistants")
+    return RunsPoller(AssistantsClient(load_config(stack.env)), ledger, settings)

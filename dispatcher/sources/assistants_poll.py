@@ -16,7 +16,6 @@ reads each one's latest runs: one request per 100 threads plus one per thread.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -49,10 +48,9 @@ R = TypeVar("R")
 RUNS_PER_THREAD = 5
 #: Waiting runs a pass dispatches together as its reads come in (one ledger round trip).
 DISPATCH_EVERY = 25
-#: Seconds every read takes at least when the API is far (over a network): then the runs
-#: are read ``TOOLFAN_RUNS_READERS`` at once. Reads one at a time go together after
-#: FAR_AFTER slow ones in a row (one slow read may be a pause of either side); reads
-#: together go one at a time after a pass whose fastest read was quick.
+#: Seconds every read takes at least when the API is far (over a network). A pass reads
+#: one run at a time until FAR_AFTER reads in a row took that long (one slow read may be a
+#: pause of either side), then the rest ``TOOLFAN_RUNS_READERS`` at once.
 FAR_READ = 0.01
 FAR_AFTER = 3
 
@@ -120,8 +118,8 @@ class RunsPoller:
         self.read_at: dict[str, float] = {}
         #: The reader threads (``TOOLFAN_RUNS_READERS``), started by the first far pass.
         self._pool: ThreadPoolExecutor | None = None
-        #: Whether the API is far: reads take FAR_READ or more (assumed until one does not).
-        self._far = True
+        #: Whether the last pass went on reading several at once (to log the changes).
+        self._far = False
 
     def poll_once(self) -> RunsSummary:
         """Read every watched run (but those resting) and dispatch the phases that wait."""
@@ -191,38 +189,43 @@ class RunsPoller:
         """``read`` of each item (or the API's error), in order: several at once if far.
 
         A pass over many runs (or threads) is one request each: read one after another,
-        400 runs at 100 ms a request take 40 s. So when the API is far (a read takes
-        :data:`FAR_READ` or more: the time is the network's), ``runs_readers`` reads go
-        out together; the client's pool is shared and thread-safe, and what is done with
-        each answer stays in this thread, in order. An API that answers sooner (on this
-        host or next to it) is read one item at a time: there, reader threads would only
-        contend for the interpreter and the cores the fleet runs on. A stop cancels the
-        reads not yet started.
+        400 runs at 100 ms a request take 40 s. So each pass reads one item at a time
+        while the API answers within :data:`FAR_READ`, and once :data:`FAR_AFTER` reads in
+        a row took longer (the time is the network's), the rest of the pass goes out
+        ``runs_readers`` at once; the client's pool is shared and thread-safe, and what is
+        done with each answer stays in this thread, in order. An API that answers sooner
+        (on this host or next to it) is never read by threads that would only contend for
+        the interpreter and the cores the fleet runs on. A stop cancels the reads not yet
+        started.
         """
         done, slow = 0, 0
-        while not self._far and done < len(items):
+        while slow < FAR_AFTER and done < len(items):
             if self._stopping():
                 return
             answer, seconds = _timed(read, items[done])
             yield items[done], answer
             done += 1
             slow = slow + 1 if seconds >= FAR_READ else 0
-            if slow >= FAR_AFTER:
-                self._reading(far=True, seconds=seconds)
+        self._reading(far=slow >= FAR_AFTER)
         if done < len(items):
             yield from self._together(items[done:], read)
 
-    def _reading(self, *, far: bool, seconds: float) -> None:
-        """Switch between reading one item at a time and several at once, and say so."""
+    def _reading(self, *, far: bool) -> None:
+        """Say when passes start or stop reading several items at once."""
         if far != self._far:
-            how = f"{self.settings.runs_readers} at once" if far else "one at a time"
-            log.info("runs poller: reading %s (a read took %.1f ms)", how, seconds * 1000)
+            limit = f"{FAR_READ * 1000:.0f} ms"
+            how = (
+                f"{self.settings.runs_readers} at once: reads take {limit} or more"
+                if far
+                else f"one at a time: reads take under {limit}"
+            )
+            log.info("runs poller: reading %s", how)
         self._far = far
 
     def _together(
         self, items: Sequence[T], read: Callable[[T], R]
     ) -> Iterator[tuple[T, R | APIError]]:
-        """``read`` of each item, ``runs_readers`` at a time, in order; then whether still far."""
+        """``read`` of each item, ``runs_readers`` at a time, in order."""
         readers = self.settings.runs_readers
         if self._pool is None and readers > 1 and len(items) > 1:
             self._pool = ThreadPoolExecutor(readers, thread_name_prefix="toolfan-runs-read")
@@ -232,14 +235,11 @@ class RunsPoller:
         else:
             futures = [self._pool.submit(_timed, read, i) for i in items]
             answers = (f.result() for f in futures)
-        fastest = math.inf
         try:
-            for item, (answer, seconds) in zip(items, answers, strict=True):
+            for item, answer in zip(items, answers, strict=True):
                 if self._stopping():
                     return
-                fastest = min(fastest, seconds)
-                yield item, answer
-            self._reading(far=fastest >= FAR_READ, seconds=fastest)
+                yield item, answer[0]
         finally:
             for future in futures:
                 future.cancel()

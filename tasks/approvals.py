@@ -334,11 +334,15 @@ def close(
     is the call's batch, turn and call ids. None: no approval, or one decided otherwise.
     """
     aid = approval_id(source, *ref)
-    store.decide(aid, State.TIMED_OUT, "toolfan", why, withdraw=True)
+    decided = store.decide(aid, State.TIMED_OUT, "toolfan", why, withdraw=True)
+    if decided.outcome not in ("decided", State.TIMED_OUT.value):
+        return None  # no approval (the common case: one round trip), or a person decided
     approval = store.get(aid)
-    if approval is None or approval.state is not State.TIMED_OUT:
+    if approval is None:
         return None
-    return _answer(approval, "")
+    if decided.taken:  # logged and counted once, by whoever took the time-out
+        return _answer(approval, "")
+    return _timed_out(approval)
 
 
 def _answer(approval: Approval, digest: str) -> CallResult | None:
@@ -361,6 +365,11 @@ def _answer(approval: Approval, digest: str) -> CallResult | None:
         return CallResult.fail(Outcome.DENIED, f"Denied by {approval.by}: {why}")
     metrics.APPROVALS.labels("timed_out").inc()
     log.warning("approval %s timed out", approval.id, extra=extra)
+    return _timed_out(approval)
+
+
+def _timed_out(approval: Approval) -> CallResult:
+    """The answer of a call whose approval timed out."""
     waited = max(0.0, approval.deadline - approval.asked_at)
     return CallResult.fail(Outcome.TIMEOUT, f"Approval timed out after {waited:.0f} s")
 

@@ -236,10 +236,10 @@ class RunsPoller:
             futures = [self._pool.submit(_timed, read, i) for i in items]
             answers = (f.result() for f in futures)
         try:
-            for item, answer in zip(items, answers, strict=True):
+            for item, (answer, _) in zip(items, answers, strict=True):
                 if self._stopping():
                     return
-                yield item, answer[0]
+                yield item, answer
         finally:
             for future in futures:
                 future.cancel()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -17,6 +18,10 @@ from dispatcher.devstack import Service, Stack, redis_base_url
 from emulator import EmulatorServer, EmulatorState, running_emulator
 from emulator.testing import TEST_API_KEY
 from tests.owned import OwnedDatabases
+
+if TYPE_CHECKING:
+    from dispatcher.sources.assistants_client import AssistantsClient
+    from dispatcher.sources.assistants_poll import RunsPoller
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKER_DB, LEDGER_DB = 12, 13
@@ -75,6 +80,24 @@ class RunsStack(Stack):
     def redis(self) -> redis.Redis:
         """A client of the stack's ledger database."""
         return redis.Redis.from_url(f"{self._base}/{LEDGER_DB}", decode_responses=True)
+
+    def runs_poller(
+        self, client_class: type[AssistantsClient] | None = None, **settings: Any
+    ) -> RunsPoller:
+        """A runs poller in the test process, on this stack's emulator and ledger.
+
+        ``settings`` override the defaults; ``client_class`` may wrap the real client.
+        """
+        from dispatcher.sources.assistants_client import AssistantsClient
+        from dispatcher.sources.assistants_config import load_config
+        from dispatcher.sources.assistants_poll import RunsPoller
+        from tasks.ledger import Ledger
+        from tasks.settings import Settings
+
+        client = (client_class or AssistantsClient)(load_config(self.env))
+        self._stack.callback(client.close)
+        ledger = Ledger(self.redis(), 3600, "assistants")
+        return RunsPoller(client, ledger, Settings(**settings))
 
     def _service_env(self, origin: str) -> dict[str, str]:
         ours = ("TOOLFAN_", "OPENAI_", "AZURE_", "PYTEST_")

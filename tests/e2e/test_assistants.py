@@ -350,10 +350,8 @@ def test_a_near_api_is_read_one_run_at_a_time_and_a_far_one_several_at_once(stac
     import threading
 
     from dispatcher.sources.assistants_client import AssistantsClient
-    from dispatcher.sources.assistants_config import load_config
-    from dispatcher.sources.assistants_poll import FAR_AFTER, RunsPoller
+    from dispatcher.sources.assistants_poll import FAR_AFTER
     from dispatcher.sources.assistants_watch import Watch
-    from tasks.settings import Settings
 
     readers: list[str] = []
 
@@ -364,26 +362,24 @@ def test_a_near_api_is_read_one_run_at_a_time_and_a_far_one_several_at_once(stac
 
     runs = [state.create_run([[call("add", {"a": i, "b": 2})]]) for i in range(12)]
     watches = [Watch(r["thread_id"], r["id"], time.time()) for r in runs]
-    ledger = Ledger(stack.redis(), 3600, "assistants")
-    with Recording(load_config(stack.env)) as client:
-        poller = RunsPoller(client, ledger, Settings())
+    poller = stack.runs_poller(Recording)
 
-        def one_pass() -> list[str]:
-            readers.clear()
-            got = list(poller._reads(watches))
-            assert [w for w, _ in got] == watches  # in order, whoever read them
-            assert [r.run_id for _, r in got] == [r["id"] for r in runs]
-            return list(readers)
+    def one_pass() -> list[str]:
+        readers.clear()
+        got = list(poller._reads(watches))
+        assert [w for w, _ in got] == watches  # in order, whoever read them
+        assert [r.run_id for _, r in got] == [r["id"] for r in runs]
+        return list(readers)
 
-        assert one_pass() == ["MainThread"] * len(runs)
-        assert not poller._far
-        # Slow answers: FAR_AFTER of them in a row, then the rest of the pass together.
-        state.set_faults(latency=0.05, endpoints=["runs"])
-        slow = one_pass()
-        assert slow[:FAR_AFTER] == ["MainThread"] * FAR_AFTER
-        assert {name.split("_")[0] for name in slow[FAR_AFTER:]} == {"toolfan-runs-read"}
-        assert poller._far
-        # Quick again: the next pass never leaves this thread.
-        state.set_faults(latency=0.0, endpoints=["runs"])
-        assert one_pass() == ["MainThread"] * len(runs)
-        assert not poller._far
+    assert one_pass() == ["MainThread"] * len(runs)
+    assert not poller._far
+    # Slow answers: FAR_AFTER of them in a row, then the rest of the pass together.
+    state.set_faults(latency=0.05, endpoints=["runs"])
+    slow = one_pass()
+    assert slow[:FAR_AFTER] == ["MainThread"] * FAR_AFTER
+    assert {name.split("_")[0] for name in slow[FAR_AFTER:]} == {"toolfan-runs-read"}
+    assert poller._far
+    # Quick again: the next pass never leaves this thread.
+    state.set_faults(latency=0.0, endpoints=["runs"])
+    assert one_pass() == ["MainThread"] * len(runs)
+    assert not poller._far

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.sources.assistants import batch_id
-from dispatcher.sources.assistants_poll import RunsPoller, RunsSummary
+from dispatcher.sources.assistants_poll import RunsSummary
 from tests.e2e.runs_stack import RunsStack
 from tests.e2e.test_assistants import call, finished, outputs, watch
 
@@ -43,7 +43,7 @@ def test_foundry_runs_are_found_through_the_thread_list_without_a_watch(tmp_path
         # one after another, 16 threads at 0.3 s a read take 4.8 s.
         more = [other.state.create_run([[call("add", {"a": i, "b": 1})]]) for i in range(16)]
         other.state.set_faults(latency=0.3, endpoints=["runs"])
-        poller = _runs_poller(other)
+        poller = other.runs_poller(runs_discover="threads")
         started = time.monotonic()
         found = poller._discovered(RunsSummary(), set())
         elapsed = time.monotonic() - started
@@ -52,15 +52,3 @@ def test_foundry_runs_are_found_through_the_thread_list_without_a_watch(tmp_path
         assert poller._far
         for run in more:
             assert finished(other.state, run)["status"] == "completed"
-
-
-def _runs_poller(stack: RunsStack) -> RunsPoller:
-    """A runs poller in this process, on the stack's emulator, ledger and default settings."""
-    from dispatcher.sources.assistants_client import AssistantsClient
-    from dispatcher.sources.assistants_config import load_config
-    from tasks.ledger import Ledger
-    from tasks.settings import Settings
-
-    settings = Settings(runs_discover="threads")
-    ledger = Ledger(stack.redis(), 3600, "assistants")
-    return RunsPoller(AssistantsClient(load_config(stack.env)), ledger, settings)

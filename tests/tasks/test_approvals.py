@@ -155,3 +155,24 @@ def test_a_batch_going_out_answers_its_waiting_call_as_an_approval_timeout(ledge
         assert answered.result.error.startswith("Function ")
         assert "did not finish before the session's pending actions expire" in answered.result.error
     assert ledger.saved(CallRef("sess_1", "turn_1", "call_w")) == status.result
+
+
+def test_closing_an_approval_already_timed_out_answers_it_without_counting_it_again(store):
+    from prometheus_client import REGISTRY
+
+    from tasks.approvals import close
+
+    def timed_out() -> float:
+        value = REGISTRY.get_sample_value("toolfan_approvals_total", {"decision": "timed_out"})
+        return value or 0.0
+
+    with pytest.raises(AwaitingApproval):
+        gate(store, ctx("call_c"), {}, "r", 0.2, 0)
+    time.sleep(0.3)
+    before = timed_out()
+    by_gate = gate(store, ctx("call_c"), {}, "r", 0.2, 0)  # the waiting task times it out
+    assert timed_out() == before + 1
+    ref = ("sess_1", "turn_1", "call_c")
+    closed = close(store, "agents", ref, "the session's pending actions expire")
+    assert closed == by_gate and timed_out() == before + 1
+    assert close(store, "agents", ("sess_1", "turn_1", "call_none"), "why") is None

@@ -21,7 +21,7 @@ from typing import Any
 from bench.config import Workload
 from bench.emu import JSON, Emulator
 from bench.figures import ASSISTANTS, Measurement
-from bench.measure import Closed, Window, percentiles, tree_cpu
+from bench.measure import Closed, CpuSplit, Window, percentiles, tree_cpu
 from bench.stack import BenchStack
 from dispatcher.devstack import Service, wait_for
 
@@ -130,6 +130,9 @@ def run_assistants(
     emu.reset()
     passes_before = runs_passes(poller)
     window = Window(stack.redis(), [*(w.proc.pid for w in workers), poller.proc.pid])
+    split = CpuSplit(
+        [w.proc.pid for w in workers], {"poller": poller.proc.pid, "api": stack.emulator_pid}
+    )
     poller_cpu = tree_cpu([poller.proc.pid])
     seeded = seed_runs(emu, [run_body(workload)] * count)
     # The user's work starts here: naming the runs is what makes them answerable.
@@ -138,6 +141,7 @@ def run_assistants(
     watch_seconds = time.time() - started
     answered = wait_submits(emu, count, stack.config.timeout)
     closed = window.close()
+    by_process = split.per_call(count * workload.calls)
     poller_cpu = tree_cpu([poller.proc.pid]) - poller_cpu
     passes = runs_passes(poller) - passes_before
     requests = _run_requests(emu, started)
@@ -156,6 +160,7 @@ def run_assistants(
             **_accounting(answered, seeded, newly_watched),
             **_costs(closed, requests, passes),
             "poller_cpu_seconds": poller_cpu,
+            "cpu_ms_per_call_by_process": by_process,
             "watch_seconds": watch_seconds,
             "watch_to_first_request": (min(requests["times"]) - started)
             if requests["times"]

@@ -9,7 +9,7 @@ from typing import Any
 from bench.config import Workload
 from bench.emu import Emulator, latencies, pending_times, session_body
 from bench.figures import RAW, TOOLFAN, Measurement
-from bench.measure import Closed, Window, percentiles, tree_cpu
+from bench.measure import Closed, CpuSplit, Window, percentiles, tree_cpu
 from bench.stack import SUBMIT_QUEUE, BenchStack, poll_passes
 from dispatcher.devstack import Service
 
@@ -38,17 +38,21 @@ def run_toolfan(
     emu.reset()
     passes_before = poll_passes(poller)
     window = Window(stack.redis(), [*(w.proc.pid for w in workers), poller.proc.pid])
+    split = CpuSplit(
+        [w.proc.pid for w in workers], {"poller": poller.proc.pid, "api": stack.emulator_pid}
+    )
     poller_cpu = tree_cpu([poller.proc.pid])
     seeded = emu.seed([session_body(workload)] * count)
     batches = emu.wait_batches(count, stack.config.timeout)
     closed = window.close()
+    calls = count * workload.calls
+    by_process = split.per_call(calls)
     poller_cpu = tree_cpu([poller.proc.pid]) - poller_cpu
     passes = poll_passes(poller) - passes_before
     # From the first request the API saw after seeding, as a user's clock would start.
     seeded_at = min(s.at for s in seeded)
     start = emu.first_request(seeded_at) or seeded_at
     end = max(b["received_at"] for b in batches)
-    calls = count * workload.calls
     lists = emu.list_requests(since=window.started)
     return Measurement(
         system=TOOLFAN,
@@ -63,6 +67,7 @@ def run_toolfan(
         extra={
             **_toolfan_extra(batches, closed, lists, passes),
             "poller_cpu_seconds": poller_cpu,
+            "cpu_ms_per_call_by_process": by_process,
             "seeded_to_first_request": start - seeded_at,
         },
     )
@@ -98,11 +103,13 @@ def run_raw(
     key = f"bench:raw:{workload.name}:{time.monotonic_ns()}"
     client = stack.redis()
     window = Window(client, [w.proc.pid for w in workers])
+    split = CpuSplit([w.proc.pid for w in workers], {"api": stack.emulator_pid})
     first, publish_cpu = _publish_chords(workload, key, count)
     checks = _wait_for_list(client, key, count, stack.config.timeout)
     closed = window.close()
-    records = [json.loads(r) for r in client.lrange(key, 0, -1)]
     calls = count * workload.calls
+    by_process = {**split.per_call(calls), "publisher": 1000 * publish_cpu / calls}
+    records = [json.loads(r) for r in client.lrange(key, 0, -1)]
     # Our bookkeeping is not the engine's work: one RPUSH per chord, one LLEN per check.
     commands = closed.total_commands - count - checks
     return Measurement(
@@ -121,6 +128,7 @@ def run_raw(
             "top_redis_commands": dict(list(closed.commands.items())[:12]),
             "cpu_seconds": closed.cpu,
             "publish_cpu_seconds": publish_cpu,
+            "cpu_ms_per_call_by_process": by_process,
         },
     )
 

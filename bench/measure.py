@@ -77,6 +77,46 @@ def tree_cpu(pids: Iterable[int]) -> float:
     return total
 
 
+def own_cpu(pids: Iterable[int]) -> float:
+    """User + system CPU seconds of these processes alone, without their children."""
+    total = 0.0
+    for pid in pids:
+        try:
+            total += _own_cpu(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+class CpuSplit:
+    """A phase's CPU by process: the workers' main processes, their pools, named others.
+
+    A prefork worker's main process takes every message from the broker, hands it to a
+    pool process and acks it; the split shows how much of a call's CPU that costs beside
+    the pool's own work, and the API stand-in's share, which shares the cores.
+
+    Args:
+        workers: The worker processes (their pools are their children).
+        named: Other processes by name (``poller``, ``api``), each with its children.
+    """
+
+    def __init__(self, workers: Sequence[int], named: Mapping[str, int]) -> None:
+        self.workers = list(workers)
+        self.named = dict(named)
+        self.before = self._now()
+
+    def _now(self) -> dict[str, float]:
+        main = own_cpu(self.workers)
+        now = {"worker main": main, "worker pool": tree_cpu(self.workers) - main}
+        now.update({name: tree_cpu([pid]) for name, pid in self.named.items()})
+        return now
+
+    def per_call(self, calls: int) -> dict[str, float]:
+        """Milliseconds of CPU per call of each part since the split began."""
+        after = self._now()
+        return {name: 1000 * (after[name] - self.before[name]) / calls for name in after}
+
+
 def _own_cpu(proc: psutil.Process) -> float:
     return _cpu(proc, "user", "system")
 

@@ -381,11 +381,34 @@ def lines(report: Report) -> list[str]:
                 out.append(
                     f"{workload} {SYSTEMS[system]}: calls/s per repetition " + _list(runs[system])
                 )
+    out += split_lines(report)
     out += feature_lines(report.features)
     out += idle_lines(report.idle)
     out.append("")
     out += [t.line() for t in report.targets()]
     return out
+
+
+def split_lines(report: Report) -> list[str]:
+    """CPU per call by process, for the workloads on the worker's default (prefork) pool.
+
+    Under a threads pool the main process does all the work, so its split says nothing.
+    """
+    out = []
+    shapes = report.info.get("workloads", {})
+    for workload, by_system in report.results.items():
+        if shapes.get(workload, {}).get("pool") is not None:
+            continue
+        for system in SYSTEMS:
+            split = by_system[system].extra.get(SPLIT) if system in by_system else None
+            if split:
+                parts = ", ".join(f"{k} {v:.2f}" for k, v in split.items())
+                out.append(f"{workload} {SYSTEMS[system]}: CPU ms per call by process: {parts}")
+    return ["", *out] if out else []
+
+
+#: The key of a measurement's CPU per call by process (:class:`bench.measure.CpuSplit`).
+SPLIT = "cpu_ms_per_call_by_process"
 
 
 def idle_lines(idle: dict[str, Any]) -> list[str]:

@@ -63,6 +63,28 @@ def test_every_workload_and_system_is_measured_and_sane(bench: dict[str, Any]) -
         assert by_system["raw_celery"]["extra"]["results"] == by_system["raw_celery"]["calls"]
         for system in ("threads", "loop"):
             assert by_system[system]["extra"]["events"] == by_system[system]["calls"]
+    _cpu_split_accounts_for_the_cpu(bench)
+
+
+def _cpu_split_accounts_for_the_cpu(bench: dict[str, Any]) -> None:
+    """The CPU by process adds up to the row's CPU per call, and is printed for no-op."""
+    workloads = bench["json"]["workloads"]
+    for name, by_system in workloads.items():
+        for system in ("toolfan", "raw_celery", "assistants"):
+            if system not in by_system:
+                continue
+            m = by_system[system]
+            split = m["extra"]["cpu_ms_per_call_by_process"]
+            own = {"toolfan": "poller", "assistants": "poller", "raw_celery": "publisher"}[system]
+            assert set(split) == {"worker main", "worker pool", own, "api"}, (name, system)
+            assert all(v >= 0 for v in split.values()) and _positive(split["worker main"])
+            counted = split["worker main"] + split["worker pool"] + split[own]
+            # The same processes as the row's CPU, read a moment apart.
+            assert counted == pytest.approx(1000 * m["cpu_seconds_per_call"], rel=0.25, abs=0.5)
+    assert _positive(workloads["noop"]["toolfan"]["extra"]["cpu_ms_per_call_by_process"]["api"])
+    text = (bench["out"] / "bench.txt").read_text()
+    assert "noop toolfan: CPU ms per call by process: worker main" in text
+    assert "io toolfan: CPU ms per call by process" not in text  # threads pool: no split
 
 
 @pytest.mark.timeout(180)

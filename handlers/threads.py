@@ -46,11 +46,19 @@ class CallAbandoned(BaseException):
 
 
 class _Job:
-    __slots__ = ("call", "done", "error", "value")
+    """One call handed to a runner; its end is a lock released once.
+
+    A bare lock, not an ``Event``: the hand-off is on every call's path, and an event's
+    condition and waiter list cost about as much again as the two thread switches.
+    """
+
+    __slots__ = ("_ended", "call", "error", "finished", "value")
 
     def __init__(self, call: Callable[[], Any]) -> None:
         self.call = call
-        self.done = threading.Event()
+        self._ended = threading.Lock()
+        self._ended.acquire()
+        self.finished = False
         self.value: Any = None
         self.error: BaseException | None = None
 
@@ -60,29 +68,40 @@ class _Job:
         except BaseException as exc:  # handed to the waiting thread, which maps it
             self.error = exc
         finally:
-            self.done.set()
+            self.finished = True
+            self._ended.release()
+
+    def wait(self, timeout: float) -> bool:
+        """Whether the call ended within ``timeout`` seconds (or before)."""
+        if not self._ended.acquire(timeout=max(0.0, timeout)):
+            return False
+        self._ended.release()  # so that a later wait sees the end too
+        return True
 
 
 class _Runner:
-    """One daemon thread running the jobs handed to it, one at a time."""
+    """One daemon thread running the jobs handed to it, one at a time.
+
+    ``_wake`` is held while the runner has nothing to do; :meth:`start` releases it.
+    """
 
     def __init__(self, pool: RunnerPool) -> None:
         self._pool = pool
         self._job: _Job | None = None
-        self._wake = threading.Event()
+        self._wake = threading.Lock()
+        self._wake.acquire()
         self.abandoned = False
         self.thread = threading.Thread(target=self._loop, name="toolfan-call", daemon=True)
         self.thread.start()
 
     def start(self, job: _Job) -> None:
         self._job = job
-        self._wake.set()
+        self._wake.release()
 
     def _loop(self) -> None:
         try:
             while not self.abandoned:
-                self._wake.wait()
-                self._wake.clear()
+                self._wake.acquire()
                 job, self._job = self._job, None
                 if job is not None:
                     job.run()
@@ -113,7 +132,7 @@ class RunnerPool:
             runner = self._idle.pop() if self._idle else None
         runner = runner or _Runner(self)
         runner.start(job)
-        if not job.done.wait(timeout):
+        if not job.wait(timeout):
             self._abandon(runner, job)
             raise CallTimeout
         if job.error is not None:
@@ -129,19 +148,19 @@ class RunnerPool:
     def stuck(self) -> int:
         """Abandoned calls that still run."""
         with self._lock:
-            self._abandoned = [job for job in self._abandoned if not job.done.is_set()]
+            self._abandoned = [job for job in self._abandoned if not job.finished]
             return len(self._abandoned)
 
     def _abandon(self, runner: _Runner, job: _Job) -> None:
         """Retire the runner of an overrun call, try to stop the call, report it if stuck."""
         with self._lock:
-            if job.done.is_set():  # it ended just now: the runner is fine and stays in use
+            if job.finished:  # it ended just now: the runner is fine and stays in use
                 return
             runner.abandoned = True
             self._abandoned.append(job)
         if not _green() and runner.thread.ident is not None and runner.thread.is_alive():
             _raise_in(runner.thread.ident, CallAbandoned)
-            if job.done.wait(STOP_GRACE):
+            if job.wait(STOP_GRACE):
                 return
         if self.on_stuck is not None:
             self.on_stuck()

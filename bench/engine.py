@@ -8,7 +8,7 @@ from typing import Any
 
 from bench.config import Workload
 from bench.emu import Emulator, latencies, pending_times, session_body
-from bench.figures import RAW, TOOLFAN, Measurement
+from bench.figures import RAW, RAW_LEDGER, TOOLFAN, Measurement
 from bench.measure import Closed, CpuSplit, Window, percentiles, tree_cpu
 from bench.stack import SUBMIT_QUEUE, BenchStack, poll_passes
 from dispatcher.devstack import Service
@@ -92,19 +92,24 @@ def _toolfan_extra(
 
 
 def run_raw(
-    stack: BenchStack, workload: Workload, workers: list[Service], sessions: int | None = None
+    stack: BenchStack,
+    workload: Workload,
+    workers: list[Service],
+    sessions: int | None = None,
+    ledger: bool = False,
 ) -> Measurement:
     """One chord of K bare tasks per session, callback recording its end; no ledger, no HTTP.
 
     Time to answer counts from the first publish, as toolfan's counts from the moment all
-    sessions became pending; ``extra`` has it from each chord's own publish too.
+    sessions became pending; ``extra`` has it from each chord's own publish too. With
+    ``ledger`` (no-op only), each task also writes toolfan's ledger: the ``raw + ledger`` row.
     """
     count = sessions or workload.sessions
     key = f"bench:raw:{workload.name}:{time.monotonic_ns()}"
     client = stack.redis()
     window = Window(client, [w.proc.pid for w in workers])
     split = CpuSplit([w.proc.pid for w in workers], {"api": stack.emulator_pid})
-    first, publish_cpu = _publish_chords(workload, key, count)
+    first, publish_cpu = _publish_chords(workload, key, count, ledger)
     checks = _wait_for_list(client, key, count, stack.config.timeout)
     closed = window.close()
     calls = count * workload.calls
@@ -113,7 +118,7 @@ def run_raw(
     # Our bookkeeping is not the engine's work: one RPUSH per chord, one LLEN per check.
     commands = closed.total_commands - count - checks
     return Measurement(
-        system=RAW,
+        system=RAW_LEDGER if ledger else RAW,
         workload=workload.name,
         sessions=count,
         calls=calls,
@@ -133,7 +138,9 @@ def run_raw(
     )
 
 
-def _publish_chords(workload: Workload, key: str, count: int) -> tuple[float, float]:
+def _publish_chords(
+    workload: Workload, key: str, count: int, ledger: bool = False
+) -> tuple[float, float]:
     """Send the chords from this process; returns the first publish time and the CPU spent.
 
     Subscriptions to the results are dropped at once, as toolfan's poller does, so both
@@ -145,10 +152,17 @@ def _publish_chords(workload: Workload, key: str, count: int) -> tuple[float, fl
 
     task = tools.raw_io if workload.arguments else tools.raw_noop
     first, cpu = time.time(), time.process_time()
-    for _ in range(count):
-        header = [
-            task.si(**workload.arguments).set(queue=workload.queue) for _ in range(workload.calls)
-        ]
+    for session in range(count):
+        if ledger:  # each call its own record, as toolfan's are
+            header = [
+                tools.raw_ledger_noop.si(f"{key}:{session}", str(call)).set(queue=workload.queue)
+                for call in range(workload.calls)
+            ]
+        else:
+            header = [
+                task.si(**workload.arguments).set(queue=workload.queue)
+                for _ in range(workload.calls)
+            ]
         body = tools.raw_collect.s(key, time.time()).set(queue=SUBMIT_QUEUE)
         forget(chord(header)(body))
     return first, time.process_time() - cpu

@@ -10,6 +10,8 @@ TOOLFAN = "toolfan"
 #: toolfan on the run-shaped ``assistants`` source (the no-op workload's runs).
 ASSISTANTS = "assistants"
 RAW = "raw_celery"
+#: Raw Celery's chords whose tasks also write toolfan's ledger (begin and finish per call).
+RAW_LEDGER = "raw_ledger"
 LOOP = "loop"
 THREADS = "threads"
 #: Display names, in table and plot order.
@@ -17,6 +19,7 @@ SYSTEMS = {
     TOOLFAN: "toolfan",
     ASSISTANTS: "toolfan runs",
     RAW: "raw Celery",
+    RAW_LEDGER: "raw + ledger",
     THREADS: "thread pool",
     LOOP: "sequential loop",
 }

@@ -13,6 +13,7 @@ COLOURS = {
     "toolfan": "#1f77b4",
     "assistants": "#17becf",
     "raw_celery": "#7f7f7f",
+    "raw_ledger": "#bcbd22",
     "threads": "#2ca02c",
     "loop": "#d62728",
 }

@@ -10,7 +10,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.figures import ASSISTANTS, LOOP, RAW, SYSTEMS, THREADS, TOOLFAN, Measurement, ratio
+from bench.figures import (
+    ASSISTANTS,
+    LOOP,
+    RAW,
+    RAW_LEDGER,
+    SYSTEMS,
+    THREADS,
+    TOOLFAN,
+    Measurement,
+    ratio,
+)
 
 Results = dict[str, dict[str, Measurement]]
 #: Poller CPU seconds one pass over 100,000 idle sessions may take (scaled to the count).
@@ -84,7 +94,7 @@ class Report:
         """Ratios of toolfan (or ``system``) to each baseline: throughput, Redis, CPU per call."""
         ours = self.get(workload, system)
         out: dict[str, float | None] = {}
-        for base in (RAW, THREADS, LOOP):
+        for base in (RAW, RAW_LEDGER, THREADS, LOOP):
             other = self.get(workload, base)
             if ours is None or other is None:
                 continue
@@ -374,6 +384,7 @@ def lines(report: Report) -> list[str]:
             ours = report.ratios(workload, ASSISTANTS)
             parts = [f"{k} {_fmt(v, digits=2)}" for k, v in ours.items() if RAW in k]
             out.append(f"{SYSTEMS[ASSISTANTS]} / baseline ({workload}): " + ", ".join(parts))
+    out += ledger_lines(report)
     out.append("")
     for workload, runs in report.spread.items():
         for system in SYSTEMS:
@@ -387,6 +398,37 @@ def lines(report: Report) -> list[str]:
     out.append("")
     out += [t.line() for t in report.targets()]
     return out
+
+
+def ledger_lines(report: Report) -> list[str]:
+    """What the ledger alone costs raw Celery, and toolfan against raw Celery with it."""
+    out = []
+    for workload in report.results:
+        ledger, raw = report.get(workload, RAW_LEDGER), report.get(workload, RAW)
+        if ledger is None or raw is None:
+            continue
+        pairs = report.spread.get(workload, {})
+        alone = pairs.get(f"{RAW_LEDGER}_vs_{RAW}", [])
+        ours = report.ratios(workload)
+        out.append(
+            f"{SYSTEMS[RAW_LEDGER]} / raw Celery ({workload}): throughput "
+            f"{_fmt(ratio(ledger.calls_per_s, raw.calls_per_s), digits=2)} "
+            f"{_ratios(alone)}, CPU "
+            f"{_fmt(ratio(ledger.cpu_seconds_per_call, raw.cpu_seconds_per_call), digits=2)} "
+            "(each task also runs the ledger's begin and finish, and nothing else of toolfan)"
+        )
+        out.append(
+            f"toolfan / {SYSTEMS[RAW_LEDGER]} ({workload}): throughput "
+            f"{_fmt(ours.get(f'throughput_vs_{RAW_LEDGER}'), digits=2)} "
+            f"{_ratios(pairs.get(f'toolfan_vs_{RAW_LEDGER}', []))}, CPU "
+            f"{_fmt(ours.get(f'cpu_vs_{RAW_LEDGER}'), digits=2)}"
+        )
+    return out
+
+
+def _ratios(values: list[float]) -> str:
+    """Per-repetition ratios, as the targets print them."""
+    return "per repetition [" + ", ".join(f"{v:.2f}" for v in values) + "]"
 
 
 def split_lines(report: Report) -> list[str]:

@@ -12,7 +12,7 @@ from bench.config import BenchConfig, Workload
 from bench.emu import Emulator
 from bench.engine import run_raw, run_toolfan
 from bench.features import run_features
-from bench.figures import ASSISTANTS, LOOP, RAW, THREADS, TOOLFAN, Measurement
+from bench.figures import ASSISTANTS, LOOP, RAW, RAW_LEDGER, THREADS, TOOLFAN, Measurement
 from bench.inline import run_inline
 from bench.inprocess import run_inprocess
 from bench.measure import cpu_ticks, foreign_clients, machine, stolen_share
@@ -56,12 +56,18 @@ def run_workload(stack: BenchStack, emu: Emulator, workload: Workload, report: R
     """
     config = stack.config
     runs: dict[str, list[Measurement]] = {RAW: [], TOOLFAN: []}
+    if workload.name == "noop":  # what the ledger alone costs raw Celery's chords
+        runs[RAW_LEDGER] = []
     with stack.workers(workload) as workers:
         size = f"{workload.sessions} x {workload.calls}"
         say(f"{workload.name}: raw Celery and toolfan in turn, {size}")
         run_raw(stack, workload, workers, WARM_UP)
+        if RAW_LEDGER in runs:
+            run_raw(stack, workload, workers, WARM_UP, True)
         for _ in range(config.reps):
             runs[RAW].append(repeat(run_raw, stack, workload, workers))
+            if RAW_LEDGER in runs:
+                runs[RAW_LEDGER].append(repeat(run_raw, stack, workload, workers, None, True))
             with stack.poller() as poller:
                 run_toolfan(stack, emu, workload, (workers, poller), WARM_UP)
                 runs[TOOLFAN].append(repeat(run_toolfan, stack, emu, workload, (workers, poller)))
@@ -140,6 +146,11 @@ def spread(runs: dict[str, list[Measurement]]) -> dict[str, Any]:
     if ASSISTANTS in runs:
         pairs = zip(runs[ASSISTANTS], runs.get(RAW, []), strict=False)
         out[f"{ASSISTANTS}_vs_raw_celery"] = [t.calls_per_s / r.calls_per_s for t, r in pairs]
+    if RAW_LEDGER in runs:
+        pairs = zip(runs[RAW_LEDGER], runs.get(RAW, []), strict=False)
+        out[f"{RAW_LEDGER}_vs_raw_celery"] = [t.calls_per_s / r.calls_per_s for t, r in pairs]
+        pairs = zip(runs.get(TOOLFAN, []), runs[RAW_LEDGER], strict=False)
+        out[f"toolfan_vs_{RAW_LEDGER}"] = [t.calls_per_s / r.calls_per_s for t, r in pairs]
     return out
 
 

@@ -1,9 +1,9 @@
 """The benchmark's tools, and the raw Celery tasks of its first baseline.
 
 Workers load this module through ``TOOLFAN_HANDLERS=bench.tools``: the two
-``@tool`` functions are what toolfan runs; the three ``bench.*`` tasks are the same work as
+``@tool`` functions are what toolfan runs; the ``bench.*`` tasks are the same work as
 bare Celery tasks (no ledger, no HTTP), so the engine's ceiling is measured by the very
-same worker processes, pool and concurrency.
+same worker processes, pool and concurrency; ``bench.raw_ledger_noop`` adds the ledger alone.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ OUTPUT = "ok"
 RAW_NOOP = "bench.raw_noop"
 RAW_IO = "bench.raw_io"
 RAW_COLLECT = "bench.raw_collect"
+RAW_LEDGER_NOOP = "bench.raw_ledger_noop"
 
 
 @tool(timeout=10)
@@ -78,6 +79,25 @@ def _redis() -> redis.Redis:
 @shared_task(name=RAW_NOOP)
 def raw_noop() -> str:
     """The no-op call as a bare Celery task."""
+    return OUTPUT
+
+
+@shared_task(name=RAW_LEDGER_NOOP)
+def raw_ledger_noop(batch: str, call: str) -> str:
+    """The no-op call as a bare task that keeps toolfan's record of it, and nothing more.
+
+    The ledger's ``begin`` before and ``finish`` after, the same scripts ``execute`` runs
+    (the guarantees that a call runs at most once and that a redelivery gets its saved
+    result): what those two round trips cost, apart from everything else toolfan does.
+    """
+    from handlers.result import CallResult
+    from tasks.ledger import CallRef
+    from tasks.runtime import get_ledger
+
+    ledger = get_ledger("agents")
+    ref = CallRef(batch, "turn", call)
+    ledger.begin(ref, "bench_noop", "raw")
+    ledger.finish(ref, CallResult.ok(OUTPUT))
     return OUTPUT
 
 

@@ -16,7 +16,7 @@ from tests.bench.runs import run_bench
 
 SYSTEMS = ("toolfan", "raw_celery", "threads", "loop")
 #: Rows only some workloads have: the no-op workload's runs on the ``assistants`` source.
-EXTRA_SYSTEMS = {"noop": {"assistants"}}
+EXTRA_SYSTEMS = {"noop": {"assistants", "raw_ledger"}}
 #: The target of the ``assistants`` row.
 ASSISTANTS_TARGETS = ("no-op throughput, assistants source / raw Celery",)
 QUICK_IDLE = 500
@@ -53,29 +53,46 @@ def test_every_workload_and_system_is_measured_and_sane(bench: dict[str, Any]) -
             p = m["latency"]
             assert _positive(p["p50"]) and p["p50"] <= p["p95"] <= p["p99"], (where, p)
             assert m["calls"] == m["sessions"] * bench["json"]["info"]["workloads"][name]["calls"]
-            if system in ("toolfan", "raw_celery", "assistants"):
+            if system in ("toolfan", "raw_celery", "assistants", "raw_ledger"):
                 assert _positive(m["redis_commands_per_call"]), where
         toolfan = by_system["toolfan"]
         assert _positive(toolfan["api_requests_per_poll"])
         extra = toolfan["extra"]
         assert extra["batches"] == extra["sessions_answered"] == toolfan["sessions"]
         assert extra["events"] == toolfan["calls"] and extra["failed_events"] == 0
-        assert by_system["raw_celery"]["extra"]["results"] == by_system["raw_celery"]["calls"]
+        for raw in ("raw_celery", "raw_ledger"):
+            if raw in by_system:
+                assert by_system[raw]["extra"]["results"] == by_system[raw]["calls"], raw
         for system in ("threads", "loop"):
             assert by_system[system]["extra"]["events"] == by_system[system]["calls"]
     _cpu_split_accounts_for_the_cpu(bench)
+    _the_ledger_row_writes_each_call_s_record(bench)
+
+
+def _the_ledger_row_writes_each_call_s_record(bench: dict[str, Any]) -> None:
+    """raw + ledger runs the ledger's two scripts per call: more Redis work than raw Celery."""
+    noop = bench["json"]["workloads"]["noop"]
+    ledger, raw = noop["raw_ledger"], noop["raw_celery"]
+    # begin and finish: two EVALSHAs per call, and the commands inside them.
+    assert ledger["redis_commands_per_call"] >= raw["redis_commands_per_call"] + 4
+    assert ledger["extra"]["top_redis_commands"].get("evalsha", 0) >= 2 * ledger["calls"]
+    spread = bench["json"]["spread"]["noop"]
+    assert len(spread["raw_ledger_vs_raw_celery"]) == len(spread["toolfan_vs_raw_ledger"]) == 2
+    text = (bench["out"] / "bench.txt").read_text()
+    assert "raw + ledger / raw Celery (noop): throughput" in text
+    assert "toolfan / raw + ledger (noop): throughput" in text
 
 
 def _cpu_split_accounts_for_the_cpu(bench: dict[str, Any]) -> None:
     """The CPU by process adds up to the row's CPU per call, and is printed for no-op."""
     workloads = bench["json"]["workloads"]
     for name, by_system in workloads.items():
-        for system in ("toolfan", "raw_celery", "assistants"):
+        for system in ("toolfan", "raw_celery", "assistants", "raw_ledger"):
             if system not in by_system:
                 continue
             m = by_system[system]
             split = m["extra"]["cpu_ms_per_call_by_process"]
-            own = {"toolfan": "poller", "assistants": "poller", "raw_celery": "publisher"}[system]
+            own = "poller" if system in ("toolfan", "assistants") else "publisher"
             assert set(split) == {"worker main", "worker pool", own, "api"}, (name, system)
             assert all(v >= 0 for v in split.values()) and _positive(split["worker main"])
             counted = split["worker main"] + split["worker pool"] + split[own]

@@ -9,7 +9,7 @@ from typing import Any
 from bench.config import Workload
 from bench.emu import Emulator, latencies, pending_times, session_body
 from bench.figures import RAW, RAW_LEDGER, TOOLFAN, Measurement
-from bench.measure import Closed, CpuSplit, Window, percentiles, tree_cpu
+from bench.measure import Closed, CpuSplit, Window, percentiles
 from bench.stack import SUBMIT_QUEUE, BenchStack, poll_passes
 from dispatcher.devstack import Service
 
@@ -41,13 +41,11 @@ def run_toolfan(
     split = CpuSplit(
         [w.proc.pid for w in workers], {"poller": poller.proc.pid, "api": stack.emulator_pid}
     )
-    poller_cpu = tree_cpu([poller.proc.pid])
     seeded = emu.seed([session_body(workload)] * count)
     batches = emu.wait_batches(count, stack.config.timeout)
     closed = window.close()
     calls = count * workload.calls
     by_process = split.per_call(calls)
-    poller_cpu = tree_cpu([poller.proc.pid]) - poller_cpu
     passes = poll_passes(poller) - passes_before
     # From the first request the API saw after seeding, as a user's clock would start.
     seeded_at = min(s.at for s in seeded)
@@ -66,7 +64,7 @@ def run_toolfan(
         api_requests_per_poll=lists / passes if passes else None,
         extra={
             **_toolfan_extra(batches, closed, lists, passes),
-            "poller_cpu_seconds": poller_cpu,
+            "poller_cpu_seconds": by_process["poller"] * calls / 1000,
             "cpu_ms_per_call_by_process": by_process,
             "seeded_to_first_request": start - seeded_at,
         },

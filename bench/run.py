@@ -63,7 +63,7 @@ def run_workload(stack: BenchStack, emu: Emulator, workload: Workload, report: R
         say(f"{workload.name}: raw Celery and toolfan in turn, {size}")
         run_raw(stack, workload, workers, WARM_UP)
         if RAW_LEDGER in runs:
-            run_raw(stack, workload, workers, WARM_UP, True)
+            run_raw(stack, workload, workers, WARM_UP, ledger=True)
         for _ in range(config.reps):
             runs[RAW].append(repeat(run_raw, stack, workload, workers))
             if RAW_LEDGER in runs:

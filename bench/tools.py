@@ -93,8 +93,9 @@ def raw_ledger_noop(batch: str, call: str) -> str:
     from handlers.result import CallResult
     from tasks.ledger import CallRef
     from tasks.runtime import get_ledger
+    from tasks.submit import DEFAULT_SOURCE
 
-    ledger = get_ledger("agents")
+    ledger = get_ledger(DEFAULT_SOURCE)
     ref = CallRef(batch, "turn", call)
     ledger.begin(ref, "bench_noop", "raw")
     ledger.finish(ref, CallResult.ok(OUTPUT))

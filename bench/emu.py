@@ -125,6 +125,18 @@ class Emulator:
         return sum(1 for r in data if r["path"] == LIST_PATH and r["at"] >= since)
 
 
+def answer_span(
+    emu: Emulator, seeded: Sequence[Seeded], batches: Sequence[JSON]
+) -> tuple[float, float]:
+    """The span a throughput counts over: first request to the last accepted batch.
+
+    It starts at the first request the API saw after seeding, as a user's clock would.
+    """
+    seeded_at = min(s.at for s in seeded)
+    start = emu.first_request(seeded_at) or seeded_at
+    return start, max(b["received_at"] for b in batches)
+
+
 def latencies(batches: Sequence[JSON], pending_at: dict[str, float]) -> list[float]:
     """Seconds from each session becoming pending to its batch being accepted."""
     return [b["received_at"] - pending_at[b["session_id"]] for b in batches]

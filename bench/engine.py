@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from bench.config import Workload
-from bench.emu import Emulator, latencies, pending_times, session_body
+from bench.emu import Emulator, answer_span, latencies, pending_times, session_body
 from bench.figures import RAW, RAW_LEDGER, TOOLFAN, Measurement
 from bench.measure import Closed, CpuSplit, Window, percentiles
 from bench.stack import SUBMIT_QUEUE, BenchStack, poll_passes
@@ -47,10 +47,8 @@ def run_toolfan(
     calls = count * workload.calls
     by_process = split.per_call(calls)
     passes = poll_passes(poller) - passes_before
-    # From the first request the API saw after seeding, as a user's clock would start.
+    start, end = answer_span(emu, seeded, batches)
     seeded_at = min(s.at for s in seeded)
-    start = emu.first_request(seeded_at) or seeded_at
-    end = max(b["received_at"] for b in batches)
     lists = emu.list_requests(since=window.started)
     return Measurement(
         system=TOOLFAN,

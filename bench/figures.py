@@ -12,6 +12,8 @@ ASSISTANTS = "assistants"
 RAW = "raw_celery"
 #: Raw Celery's chords whose tasks also write toolfan's ledger (begin and finish per call).
 RAW_LEDGER = "raw_ledger"
+#: The least the contract asks: a list pass, one ledger write per call, one POST per batch.
+FLOOR = "floor"
 LOOP = "loop"
 THREADS = "threads"
 #: Display names, in table and plot order.
@@ -20,6 +22,7 @@ SYSTEMS = {
     ASSISTANTS: "toolfan runs",
     RAW: "raw Celery",
     RAW_LEDGER: "raw + ledger",
+    FLOOR: "the floor",
     THREADS: "thread pool",
     LOOP: "sequential loop",
 }

@@ -14,6 +14,7 @@ COLOURS = {
     "assistants": "#17becf",
     "raw_celery": "#7f7f7f",
     "raw_ledger": "#bcbd22",
+    "floor": "#8c564b",
     "threads": "#2ca02c",
     "loop": "#d62728",
 }

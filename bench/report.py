@@ -12,6 +12,7 @@ from typing import Any
 
 from bench.figures import (
     ASSISTANTS,
+    FLOOR,
     LOOP,
     RAW,
     RAW_LEDGER,
@@ -94,7 +95,7 @@ class Report:
         """Ratios of toolfan (or ``system``) to each baseline: throughput, Redis, CPU per call."""
         ours = self.get(workload, system)
         out: dict[str, float | None] = {}
-        for base in (RAW, RAW_LEDGER, THREADS, LOOP):
+        for base in (RAW, RAW_LEDGER, FLOOR, THREADS, LOOP):
             other = self.get(workload, base)
             if ours is None or other is None:
                 continue
@@ -385,6 +386,7 @@ def lines(report: Report) -> list[str]:
             parts = [f"{k} {_fmt(v, digits=2)}" for k, v in ours.items() if RAW in k]
             out.append(f"{SYSTEMS[ASSISTANTS]} / baseline ({workload}): " + ", ".join(parts))
     out += ledger_lines(report)
+    out += floor_lines(report)
     out.append("")
     for workload, runs in report.spread.items():
         for system in SYSTEMS:
@@ -400,30 +402,42 @@ def lines(report: Report) -> list[str]:
     return out
 
 
+#: What each in-between baseline is, after its line against raw Celery.
+BASELINE_NOTES = {
+    RAW_LEDGER: "each task also runs the ledger's begin and finish, and nothing else of toolfan",
+    FLOOR: "only the list pass, one ledger write per call and one POST per batch: "
+    "no implementation of the contract does less",
+}
+
+
 def ledger_lines(report: Report) -> list[str]:
     """What the ledger alone costs raw Celery, and toolfan against raw Celery with it."""
-    out = []
-    for workload in report.results:
-        ledger, raw = report.get(workload, RAW_LEDGER), report.get(workload, RAW)
-        if ledger is None or raw is None:
-            continue
-        pairs = report.spread.get(workload, {})
-        alone = pairs.get(f"{RAW_LEDGER}_vs_{RAW}", [])
-        ours = report.ratios(workload)
-        out.append(
-            f"{SYSTEMS[RAW_LEDGER]} / raw Celery ({workload}): throughput "
-            f"{_fmt(ratio(ledger.calls_per_s, raw.calls_per_s), digits=2)} "
-            f"{_ratios(alone)}, CPU "
-            f"{_fmt(ratio(ledger.cpu_seconds_per_call, raw.cpu_seconds_per_call), digits=2)} "
-            "(each task also runs the ledger's begin and finish, and nothing else of toolfan)"
-        )
-        out.append(
-            f"toolfan / {SYSTEMS[RAW_LEDGER]} ({workload}): throughput "
-            f"{_fmt(ours.get(f'throughput_vs_{RAW_LEDGER}'), digits=2)} "
-            f"{_ratios(pairs.get(f'toolfan_vs_{RAW_LEDGER}', []))}, CPU "
-            f"{_fmt(ours.get(f'cpu_vs_{RAW_LEDGER}'), digits=2)}"
-        )
-    return out
+    return [line for w in report.results for line in _between_lines(report, w, RAW_LEDGER)]
+
+
+def floor_lines(report: Report) -> list[str]:
+    """The floor against raw Celery (the ceiling of any correct implementation), and toolfan."""
+    return [line for w in report.results for line in _between_lines(report, w, FLOOR)]
+
+
+def _between_lines(report: Report, workload: str, base: str) -> list[str]:
+    """A baseline between raw Celery and toolfan: its ratio to raw Celery, toolfan's to it."""
+    between, raw = report.get(workload, base), report.get(workload, RAW)
+    if between is None or raw is None:
+        return []
+    pairs = report.spread.get(workload, {})
+    ours = report.ratios(workload)
+    return [
+        f"{SYSTEMS[base]} / raw Celery ({workload}): throughput "
+        f"{_fmt(ratio(between.calls_per_s, raw.calls_per_s), digits=2)} "
+        f"{_ratios(pairs.get(f'{base}_vs_{RAW}', []))}, CPU "
+        f"{_fmt(ratio(between.cpu_seconds_per_call, raw.cpu_seconds_per_call), digits=2)} "
+        f"({BASELINE_NOTES[base]})",
+        f"toolfan / {SYSTEMS[base]} ({workload}): throughput "
+        f"{_fmt(ours.get(f'throughput_vs_{base}'), digits=2)} "
+        f"{_ratios(pairs.get(f'toolfan_vs_{base}', []))}, CPU "
+        f"{_fmt(ours.get(f'cpu_vs_{base}'), digits=2)}",
+    ]
 
 
 def _ratios(values: list[float]) -> str:

@@ -12,7 +12,17 @@ from bench.config import BenchConfig, Workload
 from bench.emu import Emulator
 from bench.engine import run_raw, run_toolfan
 from bench.features import run_features
-from bench.figures import ASSISTANTS, LOOP, RAW, RAW_LEDGER, THREADS, TOOLFAN, Measurement
+from bench.figures import (
+    ASSISTANTS,
+    FLOOR,
+    LOOP,
+    RAW,
+    RAW_LEDGER,
+    THREADS,
+    TOOLFAN,
+    Measurement,
+)
+from bench.floor import run_floor
 from bench.inline import run_inline
 from bench.inprocess import run_inprocess
 from bench.measure import cpu_ticks, foreign_clients, machine, stolen_share
@@ -52,10 +62,11 @@ def run_workload(stack: BenchStack, emu: Emulator, workload: Workload, report: R
     and the report keeps every one (the spread). Raw Celery and toolfan alternate, one
     repetition each, so a machine that speeds up or slows down during the run moves both
     alike and each pair's ratio stays fair; raw Celery runs while no poller runs, so no poll
-    pass lands in its CPU or Redis counts.
+    pass lands in its CPU or Redis counts. The floor (:mod:`bench.floor`), paired the same
+    way, runs with no poller too: it lists the sessions itself.
     """
     config = stack.config
-    runs: dict[str, list[Measurement]] = {RAW: [], TOOLFAN: []}
+    runs: dict[str, list[Measurement]] = {RAW: [], FLOOR: [], TOOLFAN: []}
     if workload.name == "noop":  # what the ledger alone costs raw Celery's chords
         runs[RAW_LEDGER] = []
     with stack.workers(workload) as workers:
@@ -64,10 +75,12 @@ def run_workload(stack: BenchStack, emu: Emulator, workload: Workload, report: R
         run_raw(stack, workload, workers, WARM_UP)
         if RAW_LEDGER in runs:
             run_raw(stack, workload, workers, WARM_UP, ledger=True)
+        run_floor(stack, emu, workload, workers, WARM_UP)
         for _ in range(config.reps):
             runs[RAW].append(repeat(run_raw, stack, workload, workers))
             if RAW_LEDGER in runs:
                 runs[RAW_LEDGER].append(repeat(run_raw, stack, workload, workers, None, True))
+            runs[FLOOR].append(repeat(run_floor, stack, emu, workload, workers))
             with stack.poller() as poller:
                 run_toolfan(stack, emu, workload, (workers, poller), WARM_UP)
                 runs[TOOLFAN].append(repeat(run_toolfan, stack, emu, workload, (workers, poller)))
@@ -151,6 +164,11 @@ def spread(runs: dict[str, list[Measurement]]) -> dict[str, Any]:
         out[f"{RAW_LEDGER}_vs_raw_celery"] = [t.calls_per_s / r.calls_per_s for t, r in pairs]
         pairs = zip(runs.get(TOOLFAN, []), runs[RAW_LEDGER], strict=False)
         out[f"toolfan_vs_{RAW_LEDGER}"] = [t.calls_per_s / r.calls_per_s for t, r in pairs]
+    if FLOOR in runs:
+        pairs = zip(runs[FLOOR], runs.get(RAW, []), strict=False)
+        out[f"{FLOOR}_vs_raw_celery"] = [t.calls_per_s / r.calls_per_s for t, r in pairs]
+        pairs = zip(runs.get(TOOLFAN, []), runs[FLOOR], strict=False)
+        out[f"toolfan_vs_{FLOOR}"] = [t.calls_per_s / r.calls_per_s for t, r in pairs]
     return out
 
 

@@ -3,7 +3,8 @@
 Workers load this module through ``TOOLFAN_HANDLERS=bench.tools``: the two
 ``@tool`` functions are what toolfan runs; the ``bench.*`` tasks are the same work as
 bare Celery tasks (no ledger, no HTTP), so the engine's ceiling is measured by the very
-same worker processes, pool and concurrency; ``bench.raw_ledger_noop`` adds the ledger alone.
+same worker processes, pool and concurrency; ``bench.raw_ledger_noop`` adds the ledger alone,
+and ``bench.floor_call`` with ``bench.floor_submit`` do the least the contract asks (the floor).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import time
 from functools import cache
 
+import httpx
 import redis
 from celery import shared_task
 
@@ -24,6 +26,10 @@ RAW_NOOP = "bench.raw_noop"
 RAW_IO = "bench.raw_io"
 RAW_COLLECT = "bench.raw_collect"
 RAW_LEDGER_NOOP = "bench.raw_ledger_noop"
+FLOOR_CALL = "bench.floor_call"
+FLOOR_SUBMIT = "bench.floor_submit"
+#: The ``tool_result`` event type the floor's callback sends, as toolfan's submit does.
+TOOL_RESULT = "agent.session.input.tool_result"
 
 
 @tool(timeout=10)
@@ -100,6 +106,52 @@ def raw_ledger_noop(batch: str, call: str) -> str:
     ledger.begin(ref, "bench_noop", "raw")
     ledger.finish(ref, CallResult.ok(OUTPUT))
     return OUTPUT
+
+
+@shared_task(name=FLOOR_CALL)
+def floor_call(session: str, turn: str, call: str, ms: int = 0) -> list[str]:
+    """A bench call (a no-op, or a ``ms`` sleep) whose result is saved once, and nothing more.
+
+    One ledger write, the ``finish`` script toolfan runs: the least "a result is saved before
+    the task returns" can cost. No ``begin`` (a first delivery of an idempotent call needs
+    no read), no validation, no context, no timeout, no log line, no metrics.
+    """
+    from handlers.result import CallResult
+    from tasks.ledger import CallRef
+    from tasks.runtime import get_ledger
+    from tasks.submit import DEFAULT_SOURCE
+
+    if ms:
+        time.sleep(ms / 1000)
+    get_ledger(DEFAULT_SOURCE).finish(CallRef(session, turn, call), CallResult.ok(OUTPUT))
+    return [turn, call, OUTPUT]
+
+
+@cache
+def _api() -> httpx.Client:
+    """One API client per worker process (the bench's stand-in, from the worker's settings)."""
+    return httpx.Client(
+        base_url=os.environ["OPENAI_BASE_URL"],
+        headers={
+            "Authorization": f"Bearer {os.environ['OPENAI_API_KEY']}",
+            "OpenAI-Beta": "agents=v1",
+        },
+        timeout=30,
+    )
+
+
+@shared_task(name=FLOOR_SUBMIT)
+def floor_submit(results: list[list[str]], session: str) -> None:
+    """Chord callback: the batch's results in one POST, with an idempotency key, nothing more."""
+    events = [
+        {"type": TOOL_RESULT, "turn_id": t, "call_id": c, "success": True, "output": o}
+        for t, c, o in results
+    ]
+    _api().post(
+        f"/agents/sessions/{session}/events",
+        content=json.dumps({"events": events}),
+        headers={"Idempotency-Key": f"floor-{session}", "Content-Type": "application/json"},
+    ).raise_for_status()
 
 
 @shared_task(name=RAW_IO)

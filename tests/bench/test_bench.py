@@ -14,7 +14,7 @@ import pytest
 
 from tests.bench.runs import run_bench
 
-SYSTEMS = ("toolfan", "raw_celery", "threads", "loop")
+SYSTEMS = ("toolfan", "raw_celery", "floor", "threads", "loop")
 #: Rows only some workloads have: the no-op workload's runs on the ``assistants`` source.
 EXTRA_SYSTEMS = {"noop": {"assistants", "raw_ledger"}}
 #: The target of the ``assistants`` row.
@@ -53,7 +53,7 @@ def test_every_workload_and_system_is_measured_and_sane(bench: dict[str, Any]) -
             p = m["latency"]
             assert _positive(p["p50"]) and p["p50"] <= p["p95"] <= p["p99"], (where, p)
             assert m["calls"] == m["sessions"] * bench["json"]["info"]["workloads"][name]["calls"]
-            if system in ("toolfan", "raw_celery", "assistants", "raw_ledger"):
+            if system in ("toolfan", "raw_celery", "assistants", "raw_ledger", "floor"):
                 assert _positive(m["redis_commands_per_call"]), where
         toolfan = by_system["toolfan"]
         assert _positive(toolfan["api_requests_per_poll"])
@@ -67,6 +67,25 @@ def test_every_workload_and_system_is_measured_and_sane(bench: dict[str, Any]) -
             assert by_system[system]["extra"]["events"] == by_system[system]["calls"]
     _cpu_split_accounts_for_the_cpu(bench)
     _the_ledger_row_writes_each_call_s_record(bench)
+    _the_floor_answers_every_session_once(bench)
+
+
+def _the_floor_answers_every_session_once(bench: dict[str, Any]) -> None:
+    """The floor lists the sessions itself, saves each result once, and posts each batch."""
+    text = (bench["out"] / "bench.txt").read_text()
+    for name, by_system in bench["json"]["workloads"].items():
+        floor = by_system["floor"]
+        extra = floor["extra"]
+        assert extra["published_sessions"] == extra["sessions_answered"] == floor["sessions"]
+        assert extra["batches"] == floor["sessions"] and extra["events"] == floor["calls"]
+        # finish alone: one EVALSHA per call more than raw Celery's own (the broker's), where
+        # raw + ledger runs two more (the workers' heartbeats may add a few of their own).
+        raw = by_system["raw_celery"]["extra"]["top_redis_commands"].get("evalsha", 0)
+        more = extra["top_redis_commands"].get("evalsha", 0) - raw
+        assert floor["calls"] <= more < 2 * floor["calls"], (name, more)
+        assert len(bench["json"]["spread"][name]["toolfan_vs_floor"]) == 2
+        assert f"the floor / raw Celery ({name}): throughput" in text
+        assert f"toolfan / the floor ({name}): throughput" in text
 
 
 def _the_ledger_row_writes_each_call_s_record(bench: dict[str, Any]) -> None:
@@ -87,7 +106,7 @@ def _cpu_split_accounts_for_the_cpu(bench: dict[str, Any]) -> None:
     """The CPU by process adds up to the row's CPU per call, and is printed for no-op."""
     workloads = bench["json"]["workloads"]
     for name, by_system in workloads.items():
-        for system in ("toolfan", "raw_celery", "assistants", "raw_ledger"):
+        for system in ("toolfan", "raw_celery", "assistants", "raw_ledger", "floor"):
             if system not in by_system:
                 continue
             m = by_system[system]

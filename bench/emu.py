@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from bench.config import Workload
+from bench.measure import percentiles
 
 JSON = dict[str, Any]
 LIST_PATH = "/v1/agents/sessions"
@@ -125,16 +126,19 @@ class Emulator:
         return sum(1 for r in data if r["path"] == LIST_PATH and r["at"] >= since)
 
 
-def answer_span(
+def answer_times(
     emu: Emulator, seeded: Sequence[Seeded], batches: Sequence[JSON]
-) -> tuple[float, float]:
-    """The span a throughput counts over: first request to the last accepted batch.
+) -> tuple[float, float, dict[str, float]]:
+    """When the clock started, the seconds a throughput counts over, and the latencies.
 
-    It starts at the first request the API saw after seeding, as a user's clock would.
+    The clock starts at the first request the API saw after seeding, as a user's clock
+    would, and stops at the last accepted batch; each latency counts from the moment its
+    session became pending.
     """
     seeded_at = min(s.at for s in seeded)
     start = emu.first_request(seeded_at) or seeded_at
-    return start, max(b["received_at"] for b in batches)
+    end = max(b["received_at"] for b in batches)
+    return start, end - start, percentiles(latencies(batches, pending_times(seeded)))
 
 
 def latencies(batches: Sequence[JSON], pending_at: dict[str, float]) -> list[float]:

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from bench.config import Workload
-from bench.emu import Emulator, answer_span, latencies, pending_times, session_body
+from bench.emu import Emulator, answer_times, session_body
 from bench.figures import RAW, RAW_LEDGER, TOOLFAN, Measurement
 from bench.measure import Closed, CpuSplit, Window, percentiles
 from bench.stack import SUBMIT_QUEUE, BenchStack, poll_passes
@@ -47,7 +47,7 @@ def run_toolfan(
     calls = count * workload.calls
     by_process = split.per_call(calls)
     passes = poll_passes(poller) - passes_before
-    start, end = answer_span(emu, seeded, batches)
+    start, seconds, latency = answer_times(emu, seeded, batches)
     seeded_at = min(s.at for s in seeded)
     lists = emu.list_requests(since=window.started)
     return Measurement(
@@ -55,8 +55,8 @@ def run_toolfan(
         workload=workload.name,
         sessions=count,
         calls=calls,
-        seconds=end - start,
-        latency=percentiles(latencies(batches, pending_times(seeded))),
+        seconds=seconds,
+        latency=latency,
         redis_commands_per_call=closed.total_commands / calls,
         cpu_seconds_per_call=closed.cpu / calls,
         api_requests_per_poll=lists / passes if passes else None,

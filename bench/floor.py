@@ -25,16 +25,9 @@ from typing import Any
 import httpx
 
 from bench.config import Workload
-from bench.emu import (
-    LIST_PATH,
-    Emulator,
-    answer_span,
-    latencies,
-    pending_times,
-    session_body,
-)
+from bench.emu import LIST_PATH, Emulator, answer_times, session_body
 from bench.figures import FLOOR, Measurement
-from bench.measure import CpuSplit, Window, percentiles
+from bench.measure import CpuSplit, Window
 from bench.stack import SUBMIT_QUEUE, BenchStack
 from dispatcher.devstack import Service
 
@@ -65,14 +58,14 @@ def run_floor(
     batches = emu.wait_batches(count, stack.config.timeout)
     closed = window.close()
     calls = count * workload.calls
-    start, end = answer_span(emu, seeded, batches)
+    _, seconds, latency = answer_times(emu, seeded, batches)
     return Measurement(
         system=FLOOR,
         workload=workload.name,
         sessions=count,
         calls=calls,
-        seconds=end - start,
-        latency=percentiles(latencies(batches, pending_times(seeded))),
+        seconds=seconds,
+        latency=latency,
         redis_commands_per_call=closed.total_commands / calls,
         cpu_seconds_per_call=(closed.cpu + publish_cpu) / calls,
         extra={

@@ -72,15 +72,17 @@ def run_toolfan(
 def _toolfan_extra(
     batches: list[dict[str, Any]], closed: Closed, lists: int, passes: int
 ) -> dict[str, Any]:
+    """:func:`answered_extra`, and the poller's list requests and passes."""
+    return {**answered_extra(batches, closed), "list_requests": lists, "poll_passes": passes}
+
+
+def answered_extra(batches: list[dict[str, Any]], closed: Closed) -> dict[str, Any]:
     """Accounting (each session answered once, every call in it) and the raw counters."""
-    events = sum(len(b["events"]) for b in batches)
     return {
         "batches": len(batches),
         "sessions_answered": len({b["session_id"] for b in batches}),
-        "events": events,
+        "events": sum(len(b["events"]) for b in batches),
         "failed_events": sum(1 for b in batches for e in b["events"] if not e["success"]),
-        "list_requests": lists,
-        "poll_passes": passes,
         "redis_commands": closed.total_commands,
         "top_redis_commands": dict(list(closed.commands.items())[:12]),
         "cpu_seconds": closed.cpu,

@@ -26,6 +26,7 @@ import httpx
 
 from bench.config import Workload
 from bench.emu import LIST_PATH, Emulator, answer_times, session_body
+from bench.engine import answered_extra, forget
 from bench.figures import FLOOR, Measurement
 from bench.measure import CpuSplit, Window
 from bench.stack import SUBMIT_QUEUE, BenchStack
@@ -69,13 +70,8 @@ def run_floor(
         redis_commands_per_call=closed.total_commands / calls,
         cpu_seconds_per_call=(closed.cpu + publish_cpu) / calls,
         extra={
+            **answered_extra(batches, closed),
             "published_sessions": published,
-            "batches": len(batches),
-            "sessions_answered": len({b["session_id"] for b in batches}),
-            "events": sum(len(b["events"]) for b in batches),
-            "redis_commands": closed.total_commands,
-            "top_redis_commands": dict(list(closed.commands.items())[:12]),
-            "cpu_seconds": closed.cpu,
             "publish_cpu_seconds": publish_cpu,
             "cpu_ms_per_call_by_process": {
                 **split.per_call(calls),
@@ -90,7 +86,6 @@ def _publish(origin: str, api_key: str, workload: Workload) -> int:
     from celery import chord
 
     from bench import tools
-    from bench.engine import forget
     from tasks.submit import UNSTORED  # no result stored: toolfan sends its calls so too
 
     headers = {"Authorization": f"Bearer {api_key}", "OpenAI-Beta": "agents=v1"}

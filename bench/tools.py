@@ -28,8 +28,6 @@ RAW_COLLECT = "bench.raw_collect"
 RAW_LEDGER_NOOP = "bench.raw_ledger_noop"
 FLOOR_CALL = "bench.floor_call"
 FLOOR_SUBMIT = "bench.floor_submit"
-#: The ``tool_result`` event type the floor's callback sends, as toolfan's submit does.
-TOOL_RESULT = "agent.session.input.tool_result"
 
 
 @tool(timeout=10)
@@ -142,14 +140,18 @@ def _api() -> httpx.Client:
 
 @shared_task(name=FLOOR_SUBMIT)
 def floor_submit(results: list[list[str]], session: str) -> None:
-    """Chord callback: the batch's results in one POST, with an idempotency key, nothing more."""
-    events = [
-        {"type": TOOL_RESULT, "turn_id": t, "call_id": c, "success": True, "output": o}
-        for t, c, o in results
-    ]
+    """Chord callback: the batch's results in one POST, with an idempotency key, nothing more.
+
+    The event, its body and the session's path segment are built by toolfan's own helpers,
+    so the floor sends exactly what toolfan's submit sends, any id escaped as it is there.
+    """
+    from dispatcher.client import events_body, path_segment
+    from dispatcher.models import tool_result_event
+
+    events = [tool_result_event(t, c, success=True, output=o) for t, c, o in results]
     _api().post(
-        f"/agents/sessions/{session}/events",
-        content=json.dumps({"events": events}),
+        f"/agents/sessions/{path_segment(session)}/events",
+        content=events_body(events),
         headers={"Idempotency-Key": f"floor-{session}", "Content-Type": "application/json"},
     ).raise_for_status()
 

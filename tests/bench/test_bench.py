@@ -78,6 +78,7 @@ def _the_floor_answers_every_session_once(bench: dict[str, Any]) -> None:
         extra = floor["extra"]
         assert extra["published_sessions"] == extra["sessions_answered"] == floor["sessions"]
         assert extra["batches"] == floor["sessions"] and extra["events"] == floor["calls"]
+        assert extra["failed_events"] == 0, name
         # finish alone: one EVALSHA per call more than raw Celery's own (the broker's), where
         # raw + ledger runs two more (the workers' heartbeats may add a few of their own).
         raw = by_system["raw_celery"]["extra"]["top_redis_commands"].get("evalsha", 0)

@@ -114,6 +114,13 @@ class Settings(BaseModel):
     max_memory_per_child: int = Field(
         1024, ge=0, description="MiB a prefork pool process may reach before it is recycled"
     )
+    worker_concurrency: int = Field(
+        0,
+        ge=0,
+        le=10_000,
+        description="pool processes (threads, greenlets) of a worker started without -c; "
+        "0: twice the CPUs it may use",
+    )
     policy: str | None = Field(
         None, description="module:function deciding every call of a tool without authorize="
     )

@@ -1,8 +1,10 @@
+import os
+
 import pytest
 
 from handlers import Registry, RegistryError
 from tasks import app
-from tasks.config import celery_config, check_limits
+from tasks.config import celery_config, check_limits, usable_cpus, worker_concurrency
 from tasks.queues import Router
 from tasks.settings import Settings, SettingsError
 from tasks.worker import worker_argv
@@ -97,3 +99,31 @@ def test_task_events_are_off_until_flower_or_the_setting_turns_them_on():
     assert celery_config(Settings.from_env({}), Registry())["worker_send_task_events"] is False
     on = Settings.from_env({"TOOLFAN_TASK_EVENTS": "1"})
     assert celery_config(on, Registry())["worker_send_task_events"] is True
+
+
+@pytest.mark.parametrize(
+    ("cpu_max", "cap"),
+    [
+        ("max 100000\n", None),  # no quota: the affinity counts
+        ("100000 100000\n", 1),
+        ("150000 100000\n", 2),  # a part of a CPU counts as one
+        ("1000 100000\n", 1),  # never fewer than one
+        ("garbage\n", None),
+        ("0 0\n", None),
+    ],
+)
+def test_usable_cpus_are_cut_to_the_containers_quota(tmp_path, cpu_max, cap):
+    """A worker in a one-CPU container on a large node must not start a process per core."""
+    path = tmp_path / "cpu.max"
+    path.write_text(cpu_max)
+    affinity = len(os.sched_getaffinity(0))
+    assert usable_cpus(path) == (affinity if cap is None else min(cap, affinity))
+    assert usable_cpus(tmp_path / "absent") == affinity
+
+
+def test_worker_concurrency_defaults_to_twice_the_usable_cpus():
+    assert worker_concurrency(Settings()) == 2 * usable_cpus()
+    assert worker_concurrency(Settings(worker_concurrency=5)) == 5
+    assert app.conf.worker_concurrency == worker_concurrency(Settings())
+    with pytest.raises(SettingsError):
+        Settings.from_env({"TOOLFAN_WORKER_CONCURRENCY": "-1"})

@@ -5,11 +5,13 @@ import os
 import signal
 import uuid
 
+import psutil
 import pytest
 import redis
 from celery import chord
 
 from tasks import app
+from tasks.config import usable_cpus
 from tests.calls import agents_call
 from tests.services import wait_for
 from tests.tools import collect
@@ -157,3 +159,37 @@ def _unacked_on(queue: str) -> int:
     """How many of the broker's unacknowledged messages were routed to ``queue``."""
     entries = broker_client().hvals("unacked")
     return sum(1 for raw in entries if json.loads(raw)[2] == queue)
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        ([], {}, 2 * usable_cpus()),
+        ([], {"TOOLFAN_WORKER_CONCURRENCY": "3"}, 3),
+        (["-c", "1"], {"TOOLFAN_WORKER_CONCURRENCY": "3"}, 1),
+    ],
+    ids=["default", "setting", "flag"],
+)
+def test_a_prefork_worker_starts_two_processes_per_usable_cpu_unless_told(
+    tmp_path, args, env, expected
+):
+    """Calls mostly wait (ledger, API, the tool's own I/O): two processes per CPU keep the
+    cores busy. ``TOOLFAN_WORKER_CONCURRENCY`` sets another size, and ``-c`` beats both.
+
+    The worker consumes only fn.unserved, so it takes no other test's work.
+    """
+    from tests.conftest import UNSERVED_QUEUE, worker_env
+    from tests.services import Worker
+
+    worker = Worker(
+        [*args, "-n", "sized@%h", "-Q", UNSERVED_QUEUE, "--without-mingle", "--without-gossip"],
+        tmp_path / "sized.log",
+        {**worker_env(), **env},
+    )
+    try:
+        worker.wait_ready()
+        children = psutil.Process(worker.proc.pid).children()
+    finally:
+        worker.stop()
+    assert len(children) == expected
+    assert f"concurrency: {expected} (prefork)" in worker.log()

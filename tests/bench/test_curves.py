@@ -103,3 +103,21 @@ def test_tables_and_picture_are_written(curves: dict[str, Any]) -> None:
     png = (curves["out"] / "curves.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     print(f"python -m bench curves --quick took {curves['seconds']:.1f} s")
+
+
+def test_a_points_cpu_is_pooled_over_its_runs_not_the_median_runs() -> None:
+    """The kernel charges CPU by the tick: a run of four calls may read 0 ms on its own.
+
+    This failed the quick curves now and then when the median run of a one-batch point
+    was such a run; pooled over the point's runs, its CPU is their sum over their calls.
+    """
+    from bench.curves import pooled_cpu, summary
+    from bench.figures import Measurement
+
+    def run(calls_per_s: float, cpu_ms: float | None) -> Measurement:
+        cpu = None if cpu_ms is None else cpu_ms / 1000
+        return Measurement("toolfan", "flight1", 1, 4, 4 / calls_per_s, {}, 30.0, cpu)
+
+    runs = [run(290, 5.0), run(300, 0.0), run(310, 2.5)]  # the median rate read 0 ms
+    assert summary(runs)["cpu_ms_per_call"] == pytest.approx(2.5)
+    assert pooled_cpu([run(300, 1.0), run(300, None)]) is None

@@ -51,8 +51,11 @@ def send_chord(app: Celery, header: Sequence[Signature[Any]], body: Signature[An
     callback.freeze(uuid(), group_id=group_id)
     with app.producer_or_acquire() as producer, producer.batch():
         set_chord_size(app.backend, group_id, len(header))
+        declared = _declare_queues(app, producer, header)
         for index, (name, sig) in enumerate(zip(names, header, strict=True)):
             options = {k: v for k, v in sig.options.items() if k not in _CHORD_FIELDS}
+            if options.get("queue") in declared:
+                options["declare"] = []  # declared above, once for the batch
             app.send_task(
                 str(name),
                 args=sig.args,
@@ -66,6 +69,23 @@ def send_chord(app: Celery, header: Sequence[Signature[Any]], body: Signature[An
                 **options,
             )
     return group_id
+
+
+def _declare_queues(app: Celery, producer: Any, header: Sequence[Signature[Any]]) -> set[str]:
+    """Declare each queue the header names (by name) once; the names declared.
+
+    Celery declares a message's queue before each publish, through kombu's cache of what a
+    connection has declared; each of those checks binds a copy of the queue to the channel
+    and wraps the declaration in the connection's retry, which was 8 % of a poller's time
+    for a cache hit every time. Here it is one check per queue and batch, with Celery's own
+    retry policy; a queue named by a ``Queue`` object, not a name, is left to Celery.
+    """
+    names = {sig.options.get("queue") for sig in header}
+    declared = {name for name in names if isinstance(name, str)}
+    policy = app.conf.task_publish_retry_policy or {}
+    for name in declared:
+        producer.maybe_declare(app.amqp.queues[name], retry=app.conf.task_publish_retry, **policy)
+    return declared
 
 
 #: Options a header signature may carry that the chord itself sets (its id is passed apart).

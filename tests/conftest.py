@@ -57,17 +57,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _broker_url(config: pytest.Config, redis_base: str) -> str:
-    if config.getoption("--broker") == "redis":
-        return f"{redis_base}/14"
-    url = os.environ.get("TOOLFAN_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+def amqp_url() -> str:
+    """The suite's RabbitMQ: ``TOOLFAN_TEST_AMQP_URL``, or the local one."""
+    return os.environ.get("TOOLFAN_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+def amqp_problem(url: str) -> str | None:
+    """Why RabbitMQ at ``url`` cannot be used, or None when it answers."""
     try:
         with Connection(url, connect_timeout=3) as connection:
             connection.ensure_connection(max_retries=1)
     except Exception as exc:
+        return f"RabbitMQ does not answer at {url}: {exc}"
+    return None
+
+
+def _broker_url(config: pytest.Config, redis_base: str) -> str:
+    if config.getoption("--broker") == "redis":
+        return f"{redis_base}/14"
+    url = amqp_url()
+    problem = amqp_problem(url)
+    if problem is not None:
         if os.environ.get("CI"):
-            pytest.exit(f"RabbitMQ does not answer at {url}: {exc}", returncode=1)
-        _RABBITMQ_MISSING.append(f"RabbitMQ does not answer at {url} (set CI to fail instead)")
+            pytest.exit(problem, returncode=1)
+        _RABBITMQ_MISSING.append(f"{problem} (set CI to fail instead)")
     return url
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,6 +19,7 @@ import pytest
 import redis
 from celery import Celery, chord
 from celery.canvas import Signature
+from kombu import Connection
 
 from tasks.dispatch import _not_subscribing
 from tasks.publish import send_chord
@@ -41,13 +44,13 @@ def app() -> Iterator[Celery]:
             app.close()
 
 
-def header(app: Celery, calls: int) -> list[Signature[Any]]:
+def header(app: Celery, calls: int, queue: str = QUEUE) -> list[Signature[Any]]:
     return [
         Signature(
             "toolfan.execute",
             kwargs={"call": {"call_id": f"call_{i}", "arguments": {"n": i}}},
             options={
-                "queue": QUEUE,
+                "queue": queue,
                 "time_limit": 40.0,
                 "ignore_result": True,
                 "argsrepr": "()",
@@ -147,3 +150,52 @@ def test_a_frozen_header_task_keeps_its_id_as_with_the_canvas(app):
     client = redis.Redis.from_url(app.conf.broker_url)
     ids = [json.loads(m)["headers"]["id"] for m in reversed(client.lrange(QUEUE, 0, -1))]
     assert ids[1] == "frozen-task-id" and UUID.fullmatch(ids[0])
+
+
+def test_a_batch_checks_its_queue_is_declared_once_not_once_per_message(app, monkeypatch):
+    """Celery's per-message check costs a bind and a retry wrapper each time."""
+    from kombu import Producer
+
+    checks: list[str] = []
+    real = Producer.maybe_declare
+
+    def counted(self: Producer, entity: Any, *args: Any, **kwargs: Any) -> Any:
+        checks.append(getattr(entity, "name", ""))
+        return real(self, entity, *args, **kwargs)
+
+    monkeypatch.setattr(Producer, "maybe_declare", counted)
+    send_chord(app, header(app, 3), body(app))
+    assert len(queued(app)) == 3
+    assert checks == [QUEUE]
+    send_chord(app, header(app, 4), body(app))
+    assert len(queued(app)) == 4
+    assert checks == [QUEUE, QUEUE]
+
+
+def test_on_rabbitmq_a_batch_declares_its_queue_before_its_first_message(app):
+    """RabbitMQ drops a message sent to a queue nobody declared: the batch must declare it.
+
+    A queue of this test's own, on the suite's RabbitMQ (``TOOLFAN_TEST_AMQP_URL``; under CI
+    a missing RabbitMQ fails the test), deleted at the end.
+    """
+    from tests.conftest import amqp_problem, amqp_url
+
+    url = amqp_url()
+    problem = amqp_problem(url)
+    if problem is not None:
+        if os.environ.get("CI"):
+            pytest.fail(problem)
+        pytest.skip(f"{problem} (set CI to fail instead)")
+    queue = f"fn.publish_test_{uuid.uuid4().hex[:12]}"
+    rabbit = Celery("publish-test-amqp", set_as_current=False)
+    rabbit.conf.update(app.conf)
+    rabbit.conf.update(broker_url=url)
+    try:
+        send_chord(rabbit, header(rabbit, 3, queue), body(rabbit))
+        with Connection(url) as connection:
+            channel = connection.channel()
+            _, count, _ = channel.queue_declare(queue, passive=True)
+            channel.queue_delete(queue)
+    finally:
+        rabbit.close()
+    assert count == 3

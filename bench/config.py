@@ -43,8 +43,18 @@ class Workload:
 
     @property
     def processes(self) -> int:
-        """Calls one worker runs at once: its concurrency, or one per CPU by default."""
-        return self.concurrency or os.cpu_count() or 1
+        """Calls one worker runs at once: its concurrency, or ``toolfan worker``'s default.
+
+        The bench's workers get no ``TOOLFAN_*`` setting of the caller's, so the default is
+        that of no settings. Imported here, not above: importing ``tasks`` loads the Celery
+        app, which the bench configures for its own stack first (:func:`bench.run.use_stack_env`).
+        """
+        if self.concurrency:
+            return self.concurrency
+        from tasks.config import worker_concurrency
+        from tasks.settings import Settings
+
+        return worker_concurrency(Settings())
 
     @property
     def queue(self) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from bench.config import BenchConfig
 from tests.bench.runs import run_bench
 
 SYSTEMS = ("toolfan", "raw_celery", "floor", "threads", "loop")
@@ -148,6 +149,18 @@ def test_the_workers_run_with_toolfan_workers_defaults(bench: dict[str, Any]) ->
     assert noop["pool"] is None and noop["concurrency"] is None
     log = (bench["out"] / "logs" / "worker-noop0.log").read_text()
     assert "prefork" in log and "fn.bench_noop" in log and "toolfan.poll" in log
+    # The in-process thread pool and run_tool_calls' callers are sized to the same count.
+    processes = BenchConfig().workloads()[0].processes
+    assert f"concurrency: {processes} (prefork)" in log
+
+
+def test_a_default_workload_counts_the_processes_a_default_worker_starts() -> None:
+    """Not Celery's one per CPU: toolfan's worker starts two per usable CPU."""
+    from tasks.config import usable_cpus
+
+    noop, io = BenchConfig().workloads()
+    assert noop.concurrency is None and noop.processes == 2 * usable_cpus()
+    assert io.processes == io.concurrency
 
 
 @pytest.mark.timeout(180)

@@ -193,9 +193,9 @@ def test_on_rabbitmq_a_batch_declares_its_queue_before_its_first_message(app):
     try:
         send_chord(rabbit, header(rabbit, 3, queue), body(rabbit))
         with Connection(url) as connection:
-            channel = connection.channel()
-            _, count, _ = channel.queue_declare(queue, passive=True)
-            channel.queue_delete(queue)
+            _, count, _ = connection.channel().queue_declare(queue, passive=True)
     finally:
         rabbit.close()
+        with Connection(url) as connection:  # whatever the test got to, the queue goes
+            connection.channel().queue_delete(queue)
     assert count == 3

@@ -91,8 +91,14 @@ class Settings(BaseModel):
     runs_recheck: float = Field(
         1.0,
         ge=0,
-        description="seconds between reads of a watched run whose phase is in flight "
-        "(0: every pass)",
+        description="seconds a watched run whose phase is in flight rests after its first "
+        "read (0: read every pass)",
+    )
+    runs_recheck_max: float = Field(
+        8.0,
+        ge=0,
+        description="the longest rest of a watched run whose phase stays in flight (each "
+        "read under the same claim doubles it from TOOLFAN_RUNS_RECHECK)",
     )
     runs_readers: int = Field(
         8,

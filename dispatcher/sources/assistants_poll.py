@@ -3,8 +3,10 @@
 Each watched run is read once a pass (one request; ``TOOLFAN_RUNS_READERS`` at a time, and
 a run that waits is dispatched as the reads come in), except a run whose phase is in flight
 under a claim (this poller's or another's): nothing about it can change but a cancel, a
-failure or an expiry, so it is read again only ``TOOLFAN_RUNS_RECHECK`` seconds (1) after
-its last read, and a fast loop does not read hundreds of busy runs five times a second.
+failure or an expiry, so it rests ``TOOLFAN_RUNS_RECHECK`` seconds (1) after its first read,
+and each read that finds the same claim doubles its rest up to ``TOOLFAN_RUNS_RECHECK_MAX``
+(8). A fast loop does not read hundreds of busy runs five times a second, and a phase of
+long calls costs a read every few seconds, not one a second.
 A run waiting in ``requires_action`` is one batch, handed to the engine's dispatcher
 (claims, chords, expiry at the run's own ``expires_at``); a run that is over, or past its
 ``expires_at``, is no longer watched.
@@ -116,6 +118,9 @@ class RunsPoller:
         self.reported = OnceLog(log)
         #: Batch id -> ``time.monotonic()`` of its run's last read, for the watched runs.
         self.read_at: dict[str, float] = {}
+        #: Batch id -> the claim that held its phase in flight when last checked, and the
+        #: seconds its run rests between reads while that claim holds.
+        self.rests: dict[str, tuple[str, float]] = {}
         #: The reader threads (``TOOLFAN_RUNS_READERS``), started by the first far pass.
         self._pool: ThreadPoolExecutor | None = None
         #: Whether the last pass went on reading several at once (to log the changes).
@@ -164,19 +169,39 @@ class RunsPoller:
     def _resting(self, watches: list[Watch]) -> set[str]:
         """The watched runs not to read this pass: in flight under a claim, read lately.
 
-        Lately is less than ``runs_recheck`` seconds ago. A live claim (this poller's or
-        another's) means a dispatch of the run's phase is in flight; it is freed when the
-        phase is submitted, and lapses when its holder dies, and then the run is read.
+        A live claim (this poller's or another's) means a dispatch of the run's phase is in
+        flight; it is freed when the phase is submitted, and lapses when its holder dies,
+        and then the run is read on the next pass. While one claim holds, the run rests
+        ``runs_recheck`` seconds after its last read, and each time it is read again under
+        that same claim its rest doubles, up to ``runs_recheck_max``: a cancel is seen
+        within a second early in a phase, and a phase of 30 s calls costs 6 reads, not 30.
         Checking the claims costs one Redis round trip, against one API request per run.
         """
         ids = {batch_id(w.thread_id, w.run_id) for w in watches}
         self.read_at = {bid: t for bid, t in self.read_at.items() if bid in ids}
-        recheck, now = self.settings.runs_recheck, time.monotonic()
-        recent = [bid for bid, t in self.read_at.items() if now - t < recheck]
-        if not recent:
+        first = self.settings.runs_recheck
+        if first == 0:
             return set()
-        owners = self.ledger.claim_owners(recent)
-        return {bid for bid, owner in zip(recent, owners, strict=True) if owner is not None}
+        now, longest = time.monotonic(), max(first, self.settings.runs_recheck_max)
+        # A run read longer ago than the longest rest is read this pass whatever its claim
+        # (it keeps its rest: the next pass checks its claim again).
+        recent = [bid for bid, t in self.read_at.items() if now - t < longest]
+        owners = self.ledger.claim_owners(recent) if recent else []
+        resting: set[str] = set()
+        rests = {bid: r for bid, r in self.rests.items() if bid in self.read_at}
+        for bid, owner in zip(recent, owners, strict=True):
+            if owner is None:  # nothing in flight: the run is read
+                rests.pop(bid, None)
+                continue
+            held, rest = self.rests.get(bid, (owner, first))
+            rest = rest if held == owner else first
+            if now - self.read_at[bid] < rest:
+                resting.add(bid)
+            else:  # read now, still under the same claim: its next rest is twice as long
+                rest = min(2 * rest, longest)
+            rests[bid] = (owner, rest)
+        self.rests = rests
+        return resting
 
     def _stopping(self) -> bool:
         return self.stop is not None and self.stop.is_set()

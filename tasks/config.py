@@ -32,25 +32,42 @@ BROKER_CONNECTIONS = 1000
 
 #: Where cgroup v2 states a container's CPU quota: ``"<quota> <period>"`` or ``"max ..."``.
 CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+#: Where cgroup v1 states it: ``cpu.cfs_quota_us`` (``-1``: none) and ``cpu.cfs_period_us``.
+CFS = Path("/sys/fs/cgroup/cpu")
 
 
-def usable_cpus(cpu_max: Path = CPU_MAX) -> int:
+def usable_cpus(cpu_max: Path = CPU_MAX, cfs: Path = CFS) -> int:
     """The CPUs this process may use: its affinity, cut to its container's quota if any.
 
     ``os.cpu_count()`` counts the host's cores, so a worker limited to one CPU on a large
-    node would start a process per core of the node.
+    node would start a process per core of the node. The quota is read from cgroup v2,
+    else from cgroup v1 (older container hosts); a part of a CPU counts as one.
     """
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not on Linux
         cpus = os.cpu_count() or 1
+    quota = cgroup_quota(cpu_max, cfs)
+    if quota is not None:
+        cpus = min(cpus, max(1, math.ceil(quota)))
+    return max(1, cpus)
+
+
+def cgroup_quota(cpu_max: Path = CPU_MAX, cfs: Path = CFS) -> float | None:
+    """The container's CPU quota in CPUs (cgroup v2, else v1), or None when it has none."""
     try:
         quota, period = cpu_max.read_text().split()[:2]
-        if quota != "max":
-            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
-    except (OSError, ValueError, ZeroDivisionError):  # no cgroup v2 here, or no quota
-        pass
-    return max(1, cpus)
+    except (OSError, ValueError):  # no cgroup v2 here
+        try:
+            quota = (cfs / "cpu.cfs_quota_us").read_text().strip()
+            period = (cfs / "cpu.cfs_period_us").read_text().strip()
+        except OSError:  # no cgroup v1 CPU controller either
+            return None
+    try:
+        cpus = int(quota) / int(period)
+    except (ValueError, ZeroDivisionError):  # "max" or "-1" (no quota), or garbage
+        return None
+    return cpus if cpus > 0 else None
 
 
 def worker_concurrency(settings: Settings) -> int:

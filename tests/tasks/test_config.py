@@ -114,11 +114,37 @@ def test_task_events_are_off_until_flower_or_the_setting_turns_them_on():
 )
 def test_usable_cpus_are_cut_to_the_containers_quota(tmp_path, cpu_max, cap):
     """A worker in a one-CPU container on a large node must not start a process per core."""
-    path = tmp_path / "cpu.max"
+    path, no_v1 = tmp_path / "cpu.max", tmp_path / "no-v1"
     path.write_text(cpu_max)
     affinity = len(os.sched_getaffinity(0))
-    assert usable_cpus(path) == (affinity if cap is None else min(cap, affinity))
-    assert usable_cpus(tmp_path / "absent") == affinity
+    assert usable_cpus(path, no_v1) == (affinity if cap is None else min(cap, affinity))
+    assert usable_cpus(tmp_path / "absent", no_v1) == affinity
+
+
+@pytest.mark.parametrize(
+    ("quota", "period", "cap"),
+    [
+        ("-1", "100000", None),  # no quota: the affinity counts
+        ("100000", "100000", 1),
+        ("150000", "100000", 2),
+        ("1000", "100000", 1),
+        ("garbage", "100000", None),
+        ("50000", "0", None),
+    ],
+)
+def test_usable_cpus_read_a_cgroup_v1_quota_when_there_is_no_v2(tmp_path, quota, period, cap):
+    """Older container hosts state the quota in cgroup v1's two files."""
+    cfs = tmp_path / "cpu"
+    cfs.mkdir()
+    (cfs / "cpu.cfs_quota_us").write_text(quota + "\n")
+    (cfs / "cpu.cfs_period_us").write_text(period + "\n")
+    affinity = len(os.sched_getaffinity(0))
+    assert usable_cpus(tmp_path / "absent", cfs) == (
+        affinity if cap is None else min(cap, affinity)
+    )
+    cpu_max = tmp_path / "cpu.max"  # where both are there, cgroup v2 is the one read
+    cpu_max.write_text("max 100000\n")
+    assert usable_cpus(cpu_max, cfs) == affinity
 
 
 def test_worker_concurrency_defaults_to_twice_the_usable_cpus():

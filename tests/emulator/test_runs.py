@@ -736,6 +736,7 @@ def test_refuse_text_refuses_a_submit(emu: EmulatorServer, openai_http: httpx.Cl
 
 
 def test_admin_routes(emu: EmulatorServer, admin: httpx.Client, foundry_http: httpx.Client) -> None:
+    emu.state.turn_duration = 60.0  # the submitted run stays queued while the test reads it
     created = admin.post(
         "/runs",
         json={
@@ -856,6 +857,7 @@ def _encoded(value: str) -> str:
 def test_any_character_ids_over_every_path(
     emu: EmulatorServer, clients: list[httpx.Client], admin: httpx.Client, hostile: str
 ) -> None:
+    emu.state.turn_duration = 60.0  # the submitted run stays queued while the test reads it
     emu.state.create_run([[{"name": "f", "id": hostile}]], thread_id=hostile, run_id=hostile)
     path = f"/threads/{_encoded(hostile)}/runs/{_encoded(hostile)}"
 

@@ -165,6 +165,9 @@ def test_openai_retrieve_parses_run_and_required_action(emu: EmulatorServer, oai
 
 def test_every_status_validates_strictly_against_both_sdks(emu: EmulatorServer) -> None:
     """The SDKs parse leniently; strict validation proves no required field is missing."""
+    # A queued run starts its turn after half the turn: a long turn keeps each status put
+    # while the test reads it, however slow the machine (0.2 s was missed on a slow one).
+    emu.state.turn_duration = 60.0
     _two_phase_run(emu, run_id="run_waiting")
     for status in ("queued", "in_progress", "completed", "failed", "cancelled", "expired"):
         emu.state.create_run([[{"name": "f"}]], thread_id="thread_1", run_id=status, status=status)

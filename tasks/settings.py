@@ -35,7 +35,9 @@ class SettingsError(ToolfanError):
 class Settings(BaseModel):
     """toolfan's configuration; each field is read from ``TOOLFAN_<FIELD>``."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore", protected_namespaces=())
+    model_config = ConfigDict(
+        frozen=True, extra="ignore", protected_namespaces=(), allow_inf_nan=False
+    )
 
     redis_url: str = "redis://localhost:6379/0"
     broker_url: str | None = Field(None, description="defaults to redis_url")

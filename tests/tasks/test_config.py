@@ -76,6 +76,17 @@ def test_settings_from_env():
         Settings.from_env({"TOOLFAN_LEDGER_TTL": "soon"})
 
 
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e400", "Infinity"])
+@pytest.mark.parametrize(
+    "name", ["TOOLFAN_QUEUE_BUDGET", "TOOLFAN_POLL_INTERVAL", "TOOLFAN_RUNS_RECHECK_MAX"]
+)
+def test_a_number_setting_refuses_infinity_and_nan_by_name(name, value):
+    """An infinite queue budget made every dispatch's lease ``int(inf)``: an error each pass."""
+    with pytest.raises(SettingsError, match=f"{name}: Input should be a finite number"):
+        Settings.from_env({name: value})
+    assert Settings.from_env({name: "2.5"}).model_dump()[name.removeprefix("TOOLFAN_").lower()]
+
+
 def test_worker_argv_defaults_and_subset():
     argv = worker_argv(["-c", "4"])
     queues = argv[argv.index("-Q") + 1].split(",")

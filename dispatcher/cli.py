@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from dispatcher.approvals_cli import add_approvals
+from dispatcher.arguments import seconds
 from dispatcher.conversations.cli import add_chat
 from dispatcher.webhook.cli import add_webhook
 from handlers.errors import ToolfanError
@@ -218,7 +219,7 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--sessions", type=int, default=50, help="sessions to seed (50)")
     p.add_argument("--runs", type=int, default=10, help="Assistants runs to start (10)")
-    p.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for answers")
+    p.add_argument("--timeout", type=seconds, default=90.0, help="seconds to wait for answers")
     p.set_defaults(command=_cmd_demo, passthrough=False)
 
 
@@ -277,7 +278,7 @@ def _add_poll(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--once", action="store_true", help="one pass, for cron (exit 1 on failure)")
     mode.add_argument(
-        "--interval", type=float, metavar="SECONDS", help="poll in a loop until SIGTERM or Ctrl-C"
+        "--interval", type=seconds, metavar="SECONDS", help="poll in a loop until SIGTERM or Ctrl-C"
     )
     p.add_argument("-v", "--verbose", action="store_true", help="log each dispatch and retry")
     p.set_defaults(command=_cmd_poll, passthrough=False)

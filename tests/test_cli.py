@@ -126,3 +126,19 @@ def test_runs_watch_refuses_a_run_no_request_could_read(redis_client):
     assert done.returncode == 2
     assert "cannot name a run" in done.stderr and "Traceback" not in done.stderr
     assert redis_client.hlen("toolfan:v2:assistants:watches") == 0
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0", "soon"])
+def test_a_poll_interval_that_is_no_positive_number_is_refused_before_any_work(value):
+    # nan and negatives made the loop list the API without pause; inf crashed it after
+    # one pass. No API key is set: the refusal comes first.
+    out = toolfan("poll", "--interval", value, OPENAI_API_KEY="", TOOLFAN_REDIS_URL="redis://x:1")
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "argument --interval:" in out.stderr and "seconds" in out.stderr
+    assert "cannot start" not in out.stderr
+
+
+def test_command_timeouts_are_positive_numbers_of_seconds():
+    for command in (["demo"], ["chat", "hello"]):
+        out = toolfan(*command, "--timeout", "nan")
+        assert out.returncode == 2 and "argument --timeout:" in out.stderr, out.stderr

@@ -12,6 +12,8 @@ import sys
 import time
 from typing import Any
 
+from dispatcher.arguments import seconds
+
 #: Seconds between looks for new steps while a conversation runs.
 PROGRESS_EVERY = 0.5
 #: Seconds without a first step after which the command says what it waits for.
@@ -38,7 +40,7 @@ def add_chat(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--model", default=None, help="default: TOOLFAN_MODEL")
     p.add_argument("--instructions", default=None)
     p.add_argument("--max-steps", type=int, default=DEFAULT_MAX_STEPS)
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the end")
+    p.add_argument("--timeout", type=seconds, default=300.0, help="seconds to wait for the end")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.set_defaults(command=cmd_chat, passthrough=False)
 

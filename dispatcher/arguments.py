@@ -1,0 +1,27 @@
+"""Command-line argument types that refuse what argparse's ``float`` lets through.
+
+``float`` parses ``nan``, ``inf`` and negative numbers. A poll interval of ``nan`` or
+``-1`` made the loop wait zero seconds between passes (``max(0.0, nan)`` is ``0.0``),
+listing the API as fast as it answers; ``inf`` crashed the loop after its first pass
+(``OverflowError`` from the wait). Refused at the command line, each names the option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+
+def seconds(text: str) -> float:
+    """A finite, positive number of seconds.
+
+    Raises:
+        argparse.ArgumentTypeError: for anything else (argparse names the option).
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text[:40]!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text[:40]!r}")
+    return value

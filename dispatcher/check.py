@@ -62,9 +62,11 @@ class Finding:
 def check_settings() -> list[Finding]:
     """The settings and the tool modules load (and with them the Celery app)."""
     try:
+        from tasks.metrics import port_from_env
         from tasks.settings import get_settings, load_registry
 
         settings = get_settings()
+        port_from_env()
         tools = len(load_registry())
     except ToolfanError as exc:
         text = str(exc)

@@ -23,6 +23,8 @@ from prometheus_client import (
     start_http_server,
 )
 
+from tasks.settings import SettingsError
+
 log = logging.getLogger("toolfan.metrics")
 
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # samples are files there, from the first one
@@ -114,9 +116,19 @@ def serve(port: int) -> None:
 
 
 def port_from_env() -> int | None:
-    """``TOOLFAN_METRICS_PORT`` as an int, or None when metrics are off."""
+    """``TOOLFAN_METRICS_PORT`` as an int, or None when metrics are off.
+
+    Raises:
+        SettingsError: for anything but a port number, so a start is refused with the
+            variable's name rather than a traceback (or, in a worker's start-up signal,
+            a log line and no metrics).
+    """
     value = os.environ.get("TOOLFAN_METRICS_PORT", "").strip()
-    return int(value) if value else None
+    if not value:
+        return None
+    if not (value.isascii() and value.isdigit() and 1 <= int(value) <= 65535):
+        raise SettingsError(f"TOOLFAN_METRICS_PORT: not a port number (1 to 65535): {value[:40]!r}")
+    return int(value)
 
 
 def process_exited(pid: int) -> None:

@@ -142,3 +142,13 @@ def test_command_timeouts_are_positive_numbers_of_seconds():
     for command in (["demo"], ["chat", "hello"]):
         out = toolfan(*command, "--timeout", "nan")
         assert out.returncode == 2 and "argument --timeout:" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("command", [["poll", "--interval", "1"], ["worker"]])
+@pytest.mark.parametrize("port", ["abc", "0", "65536", "-5", "1e3", "٣٣"])
+def test_a_metrics_port_that_is_no_port_refuses_the_start_by_name(command, port):
+    # It was int(value) where the metrics server starts: a traceback in the poller, and
+    # in a worker's start-up signal a logged error and a worker with no metrics.
+    out = toolfan(*command, TOOLFAN_METRICS_PORT=port)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "TOOLFAN_METRICS_PORT: not a port number (1 to 65535)" in out.stderr

@@ -152,3 +152,12 @@ def test_a_metrics_port_that_is_no_port_refuses_the_start_by_name(command, port)
     out = toolfan(*command, TOOLFAN_METRICS_PORT=port)
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert "TOOLFAN_METRICS_PORT: not a port number (1 to 65535)" in out.stderr
+
+
+def test_a_webhook_secret_cut_short_refuses_the_intake_start_without_showing_it():
+    good = "whsec_" + "bm5ubm5ubm5ubm5ubm5ubm5ubm5ubm5ubm5ubm5ubm4="
+    cut = good[:-3] + "x"
+    out = toolfan("webhook", "--port", "0", OPENAI_WEBHOOK_SECRET=f"{good},{cut}")
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "OPENAI_WEBHOOK_SECRET: secret 2 of 2 starts with whsec_" in out.stderr
+    assert good[8:] not in out.stdout + out.stderr and cut[8:] not in out.stdout + out.stderr

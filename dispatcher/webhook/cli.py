@@ -85,7 +85,7 @@ def _serve(host: str, port: int, root_path: str = "") -> int:
 
     from dispatcher.warm import warm_intake
     from dispatcher.webhook.app import build_app, config_from_env
-    from dispatcher.webhook.verify import SECRET_VARIABLE
+    from dispatcher.webhook.verify import SECRET_VARIABLE, unusable
     from tasks.logs import clip_handlers, use_json
     from tasks.settings import get_settings
 
@@ -95,6 +95,16 @@ def _serve(host: str, port: int, root_path: str = "") -> int:
     use_json(logging.getLogger())  # TOOLFAN_LOG_FORMAT, as the workers and the poller
     clip_handlers(logging.getLogger(), get_settings().max_log_chars)
     config = config_from_env()
+    bad = unusable(config.secrets)
+    if bad:
+        which = ", ".join(str(at) for at in bad)
+        print(
+            f"toolfan: webhook: cannot start: {SECRET_VARIABLE}: secret {which} of "
+            f"{len(config.secrets)} starts with whsec_ but the rest is not base64 (copy "
+            "the whole secret the platform showed)",
+            file=sys.stderr,
+        )
+        return 2
     if not config.secrets:
         print(
             f"toolfan: warning: {SECRET_VARIABLE} is not set: every delivery is refused (401)",

@@ -9,6 +9,8 @@ never parsed, logged or kept.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 from collections.abc import Mapping, Sequence
 from functools import cache
@@ -28,6 +30,27 @@ def secrets(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """The signing secrets the environment names, in order."""
     raw = (os.environ if env is None else env).get(SECRET_VARIABLE, "")
     return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+def unusable(keys: Sequence[str]) -> list[int]:
+    """The 1-based positions of the secrets no delivery could verify against.
+
+    A ``whsec_`` secret is base64 after its prefix, and the verifier decodes it for each
+    delivery: one cut short fails every delivery with a decoding error, and one with
+    other characters (or nothing) after the prefix decodes to a key no signature
+    matches. Either way the platform, refused each time, retries and gives up; so a
+    start checks them first.
+    """
+    bad = []
+    for at, key in enumerate(keys, 1):
+        if key.startswith("whsec_"):
+            try:
+                decoded = base64.b64decode(key[len("whsec_") :], validate=True)
+            except (binascii.Error, ValueError):
+                decoded = b""
+            if not decoded:
+                bad.append(at)
+    return bad
 
 
 @cache

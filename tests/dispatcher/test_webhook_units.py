@@ -12,7 +12,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from dispatcher.webhook.events import Kind, NotAnEvent, read_event
-from dispatcher.webhook.verify import Unverified, secrets, verify
+from dispatcher.webhook.verify import Unverified, secrets, unusable, verify
 
 NEW = "whsec_" + base64.b64encode(b"n" * 32).decode()
 OLD = "whsec_" + base64.b64encode(b"o" * 32).decode()
@@ -76,6 +76,15 @@ def test_a_timestamp_just_inside_the_window_passes():
 def test_the_secret_list_is_read_from_the_sdks_variable():
     assert secrets({"OPENAI_WEBHOOK_SECRET": f" {OLD} , {NEW} ,"}) == (OLD, NEW)
     assert secrets({}) == ()
+
+
+def test_a_whsec_secret_that_no_delivery_could_match_is_found_before_any_delivery():
+    cut = NEW[:-3]  # copied short: the verifier's base64 decoding fails on every delivery
+    stray = "whsec_" + "!" * 8  # decodes to no key at all
+    assert unusable([OLD, NEW, "plain-text-secret"]) == []
+    assert unusable([OLD, cut, stray, "whsec_"]) == [2, 3, 4]
+    with pytest.raises(Unverified, match="unreadable"):  # what each delivery met before
+        verify(BODY, headers(NEW), [cut])
 
 
 def event(data: object, kind: str = "agent.session.action_required") -> bytes:

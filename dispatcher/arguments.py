@@ -25,3 +25,17 @@ def seconds(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text[:40]!r}")
     return value
+
+
+def port(text: str) -> int:
+    """A TCP port, 0 (any free one) to 65535.
+
+    ``int`` let ``--port -1`` and ``--port 99999`` through to ``bind()``, whose
+    ``OverflowError`` ended the command in a traceback.
+
+    Raises:
+        argparse.ArgumentTypeError: for anything else (argparse names the option).
+    """
+    if not (text.isascii() and text.isdigit() and int(text) <= 65535):
+        raise argparse.ArgumentTypeError(f"not a port number (0 to 65535): {text[:40]!r}")
+    return int(text)

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from dispatcher.approvals_cli import add_approvals
-from dispatcher.arguments import seconds
+from dispatcher.arguments import port, seconds
 from dispatcher.conversations.cli import add_chat
 from dispatcher.webhook.cli import add_webhook
 from handlers.errors import ToolfanError
@@ -328,7 +328,7 @@ def _add_emulator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="serve a local stand-in of the Agents API sessions endpoints (see emulator/README.md)",
     )
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (127.0.0.1)")
-    p.add_argument("--port", type=int, default=8765, help="port to listen on (8765; 0: any free)")
+    p.add_argument("--port", type=port, default=8765, help="port to listen on (8765; 0: any free)")
     p.add_argument("--api-key", default=None, help="the only bearer token accepted (default: any)")
     p.add_argument("--log-level", default="info", help="uvicorn log level (info)")
     p.set_defaults(command=_cmd_emulator, passthrough=False)

@@ -161,3 +161,12 @@ def test_a_webhook_secret_cut_short_refuses_the_intake_start_without_showing_it(
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert "OPENAI_WEBHOOK_SECRET: secret 2 of 2 starts with whsec_" in out.stderr
     assert good[8:] not in out.stdout + out.stderr and cut[8:] not in out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("command", ["webhook", "emulator"])
+@pytest.mark.parametrize("value", ["-1", "65536", "99999", "http"])
+def test_a_port_out_of_range_is_a_usage_error_not_a_traceback(command, value):
+    out = toolfan(command, "--port", value)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert f"argument --port: not a port number (0 to 65535): '{value}'" in out.stderr
+    assert "Traceback" not in out.stderr

@@ -17,6 +17,8 @@ import json
 import sys
 from typing import Any
 
+from dispatcher.arguments import port
+
 DEFAULT_EVENTS = ("agent.session.action_required",)
 
 
@@ -38,7 +40,7 @@ def add_webhook(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "target", nargs="?", metavar="URL_OR_ID", help="register: the URL; delete: the id"
     )
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8088)
+    p.add_argument("--port", type=port, default=8088, help="port to listen on (8088; 0: any free)")
     p.add_argument(
         "--root-path",
         default="",

@@ -24,6 +24,7 @@ from pydantic import (
 from handlers.errors import ToolfanError
 from handlers.limits import Limits
 from handlers.registry import Registry, registry
+from tasks.urls import broker_url_problem, redis_url_problem
 
 _PREFIX = "TOOLFAN_"
 
@@ -159,6 +160,22 @@ class Settings(BaseModel):
             raise ValueError("expected k=v pairs separated by commas, e.g. team=billing,env=prod")
         return dict(p.split("=", 1) for p in pairs)
 
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str) -> str:
+        problem = redis_url_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("broker_url")
+    @classmethod
+    def _broker_url(cls, value: str | None) -> str | None:
+        problem = broker_url_problem(value) if value else None
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
     @field_validator("agent_id", "action_expiry", "intake_token", "policy", mode="before")
     @classmethod
     def _blank_is_none(cls, value: Any) -> Any:
@@ -207,9 +224,12 @@ class Settings(BaseModel):
             return cls.model_validate(values)
         except ValidationError as exc:
             error = exc.errors()[0]
-            if not error["loc"]:  # a rule across settings names its variables itself
-                raise SettingsError(error["msg"].removeprefix("Value error, ")) from exc
-            raise SettingsError(f"{_PREFIX}{str(error['loc'][0]).upper()}: {error['msg']}") from exc
+        # Raised outside the handler, so no traceback chains pydantic's error, which
+        # quotes the value (a URL's password, say).
+        message = error["msg"].removeprefix("Value error, ")
+        if not error["loc"]:  # a rule across settings names its variables itself
+            raise SettingsError(message)
+        raise SettingsError(f"{_PREFIX}{str(error['loc'][0]).upper()}: {message}")
 
 
 @cache

@@ -170,3 +170,11 @@ def test_a_port_out_of_range_is_a_usage_error_not_a_traceback(command, value):
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert f"argument --port: not a port number (0 to 65535): '{value}'" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("command", [["poll", "--once"], ["worker"], ["check"]])
+def test_a_malformed_redis_url_refuses_the_start_without_a_traceback_or_its_password(command):
+    out = toolfan(*command, TOOLFAN_REDIS_URL="redis://:s3cret/pw@h/0", OPENAI_API_KEY="x")
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "TOOLFAN_REDIS_URL: not a Redis URL: a port is not a number" in out.stdout + out.stderr
+    assert "Traceback" not in out.stderr and "s3cret" not in out.stdout + out.stderr

@@ -164,3 +164,43 @@ def test_worker_concurrency_defaults_to_twice_the_usable_cpus():
     assert app.conf.worker_concurrency == worker_concurrency(Settings())
     with pytest.raises(SettingsError):
         Settings.from_env({"TOOLFAN_WORKER_CONCURRENCY": "-1"})
+
+
+@pytest.mark.parametrize(
+    ("name", "url", "problem"),
+    [
+        ("TOOLFAN_REDIS_URL", "localhost:6379", "it must start with redis://, rediss://"),
+        ("TOOLFAN_REDIS_URL", "amqp://h//", "it must start with redis://, rediss://"),
+        ("TOOLFAN_REDIS_URL", "redis://h:99999/0", "a port is not a number"),
+        ("TOOLFAN_REDIS_URL", "redis://:s3cret/pw@h/0", "a port is not a number"),
+        ("TOOLFAN_BROKER_URL", "localhost", "it names no transport"),
+        ("TOOLFAN_BROKER_URL", "amqp://:s3cret/pw@h//", "a port is not a number"),
+        ("TOOLFAN_BROKER_URL", "redis://h:6379/0;redis://h:abc/0", "a port is not a number"),
+    ],
+)
+def test_a_malformed_url_is_refused_by_name_without_quoting_it(name, url, problem):
+    # redis-py and kombu raised from deep inside (kombu even from its URL sanitizer), and
+    # redis-py's message quoted the unreadable part: here, a password with a slash.
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_env({name: url})
+    text = str(raised.value)
+    assert text.startswith(f"{name}: not a ") and problem in text
+    assert "s3cret" not in text and raised.value.__context__ is None  # nor chained
+
+
+@pytest.mark.parametrize(
+    ("name", "url"),
+    [
+        ("TOOLFAN_REDIS_URL", "redis://:pw@localhost:6379/3"),
+        ("TOOLFAN_REDIS_URL", "rediss://h:6380/0"),
+        ("TOOLFAN_REDIS_URL", "redis://[::1]:6379/0"),
+        ("TOOLFAN_REDIS_URL", "unix:///run/redis.sock?db=2"),
+        ("TOOLFAN_BROKER_URL", "amqp://guest:guest@localhost:5672//"),
+        ("TOOLFAN_BROKER_URL", "sentinel://h1:26379;sentinel://h2:26379"),
+        ("TOOLFAN_BROKER_URL", "sqs://"),
+        ("TOOLFAN_BROKER_URL", ""),  # empty: the Redis URL is the broker
+    ],
+)
+def test_well_formed_urls_are_taken_as_given(name, url):
+    settings = Settings.from_env({name: url})
+    assert settings.broker == (url or settings.redis_url) or settings.redis_url == url

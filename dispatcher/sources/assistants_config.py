@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+import httpx
+
 from dispatcher.errors import AuthenticationError, EndpointError
 
 #: The Azure OpenAI API version when ``OPENAI_API_VERSION`` is unset (the Assistants guide's).
@@ -119,7 +121,7 @@ def load_config(env: Mapping[str, str] | None = None) -> AssistantsConfig:
 
 def _openai(env: Mapping[str, str]) -> AssistantsConfig:
     key = env.get("OPENAI_API_KEY", "").strip()
-    base = env.get("OPENAI_BASE_URL", "").strip() or OPENAI_BASE_URL
+    base = _endpoint(env, "OPENAI_BASE_URL", OPENAI_BASE_URL)
     if not key:
         raise _no_key(f"no API key for {base}: set OPENAI_API_KEY", "OPENAI_API_KEY")
     return AssistantsConfig(
@@ -172,10 +174,27 @@ def _foundry(env: Mapping[str, str]) -> AssistantsConfig:
     )
 
 
-def _endpoint(env: Mapping[str, str], name: str) -> str:
-    value = env.get(name, "").strip().rstrip("/")
+def _endpoint(env: Mapping[str, str], name: str, default: str = "") -> str:
+    """The endpoint ``name`` gives (or ``default``), checked before any client uses it.
+
+    Raises:
+        EndpointError: not an http(s) URL with a host; an unreadable port, say, would
+            otherwise end the start in httpx's traceback.
+    """
+    value = env.get(name, "").strip().rstrip("/") or default
+    problem = None
     if not value.startswith(("http://", "https://")):
-        error = EndpointError(f"{name} must be an http(s) URL, got {value!r}")
+        problem = f"{name} must be an http(s) URL, got {value!r}"
+    else:
+        try:
+            url = httpx.URL(value)
+        except httpx.InvalidURL as exc:
+            problem = f"{name}={value!r} is not a URL ({exc})"
+        else:
+            if not url.host or (url.port or 0) > 65535:
+                problem = f"{name}={value!r} is not a URL with a host (and a port to 65535)"
+    if problem is not None:
+        error = EndpointError(problem)
         error.setting = name
         raise error
     return value

@@ -62,6 +62,23 @@ def test_a_missing_credential_or_endpoint_names_the_variable():
     assert bad.value.setting == "AZURE_OPENAI_ENDPOINT"
 
 
+@pytest.mark.parametrize(
+    ("env", "setting"),
+    [
+        ({"AZURE_OPENAI_ENDPOINT": "https://r:abc", "AZURE_OPENAI_API_KEY": "k"}, "AZURE_OPENAI"),
+        ({"AZURE_AI_PROJECT_ENDPOINT": "https://r:99999/api/projects/p"}, "AZURE_AI_PROJECT"),
+        ({"OPENAI_BASE_URL": "http://h:abc/v1", "OPENAI_API_KEY": "k"}, "OPENAI_BASE_URL"),
+        ({"OPENAI_BASE_URL": "api.example.com/v1", "OPENAI_API_KEY": "k"}, "OPENAI_BASE_URL"),
+    ],
+)
+def test_an_endpoint_with_an_unreadable_port_or_no_scheme_names_its_variable(env, setting):
+    # An unreadable port passed the old check (it looked at the scheme only) and ended the
+    # start in httpx's InvalidURL traceback; the runs source took any OPENAI_BASE_URL.
+    with pytest.raises(EndpointError) as bad:
+        load_config(env)
+    assert bad.value.setting.startswith(setting)
+
+
 def test_outputs_are_strings_and_failures_are_json_errors():
     assert output_text({"success": True, "output": "5"}) == "5"
     parts = [{"type": "input_text", "text": "a"}, {"type": "input_image", "image_url": "u"}]

@@ -27,6 +27,11 @@ from handlers.registry import Registry, registry
 from tasks.urls import broker_url_problem, redis_url_problem
 
 _PREFIX = "TOOLFAN_"
+#: The longest wait or timeout a setting may ask for: far past any sane value, and well
+#: inside what a thread's wait (about 292 years of nanoseconds) and Redis's EXPIRE take.
+_YEAR = 365 * 86_400
+#: The longest time-to-live of what toolfan keeps in Redis or the broker.
+_TEN_YEARS = 10 * _YEAR
 
 
 class SettingsError(ToolfanError):
@@ -43,27 +48,41 @@ class Settings(BaseModel):
     redis_url: str = "redis://localhost:6379/0"
     broker_url: str | None = Field(None, description="defaults to redis_url")
     handlers: tuple[str, ...] = ("handlers.examples",)
-    ledger_ttl: int = Field(7 * 86400, gt=0, description="seconds a call record is kept")
-    visibility_timeout: int = Field(3600, gt=0, description="Redis broker redelivery delay")
-    result_expires: int = Field(86400, gt=0, description="seconds Celery keeps task results")
-    time_limit_grace: float = Field(30.0, ge=0, description="added to a tool's hard limit")
+    ledger_ttl: int = Field(
+        7 * 86400, gt=0, le=_TEN_YEARS, description="seconds a call record is kept"
+    )
+    visibility_timeout: int = Field(
+        3600, gt=0, le=_TEN_YEARS, description="Redis broker redelivery delay"
+    )
+    result_expires: int = Field(
+        86400, gt=0, le=_TEN_YEARS, description="seconds Celery keeps task results"
+    )
+    time_limit_grace: float = Field(
+        30.0, ge=0, le=_YEAR, description="added to a tool's hard limit"
+    )
     queue_budget: float = Field(
         300.0,
         gt=0,
+        le=_YEAR,
         description="seconds a call may wait in its queue; with the longest tool "
         "timeout it makes a session's claim lease",
     )
-    max_attempts: int = Field(3, ge=1, description="deliveries of a call before giving up")
+    max_attempts: int = Field(3, ge=1, le=1000, description="deliveries of a call before giving up")
     action_expiry: float | None = Field(
         None,
         gt=0,
+        le=_YEAR,
         description="seconds after first dispatch at which the platform expires "
         "a session's pending actions, when it does",
     )
-    expiry_margin: float = Field(15.0, ge=0, description="answer this long before expiry")
-    api_timeout: float = Field(30.0, gt=0, description="seconds to wait for an API answer")
-    poll_interval: float = Field(5.0, gt=0, description="seconds between polls (loop, beat)")
-    submit_retries: int = Field(10, ge=0, description="Celery retries of a failed submit")
+    expiry_margin: float = Field(15.0, ge=0, le=_YEAR, description="answer this long before expiry")
+    api_timeout: float = Field(
+        30.0, gt=0, le=_YEAR, description="seconds to wait for an API answer"
+    )
+    poll_interval: float = Field(
+        5.0, gt=0, le=_YEAR, description="seconds between polls (loop, beat)"
+    )
+    submit_retries: int = Field(10, ge=0, le=1000, description="Celery retries of a failed submit")
     agent_id: str | None = Field(None, description="only poll this agent's sessions")
     session_metadata: dict[str, str] = Field(
         default_factory=dict, description="only poll sessions with these metadata, k=v,k2=v2"
@@ -77,10 +96,14 @@ class Settings(BaseModel):
     max_batch_bytes: int = Field(16_777_216, ge=65_536, description="one batch of results")
     max_log_chars: int = Field(2_000, ge=100, description="one field of a log line")
     poll_max_pages: int = Field(10_000, gt=0, description="pages one poll pass reads at most")
-    poll_max_seconds: float = Field(300.0, gt=0, description="seconds one poll pass lists at most")
-    heartbeat: float = Field(2.0, gt=0, description="seconds between a worker's heartbeats")
+    poll_max_seconds: float = Field(
+        300.0, gt=0, le=_YEAR, description="seconds one poll pass lists at most"
+    )
+    heartbeat: float = Field(
+        2.0, gt=0, le=_YEAR, description="seconds between a worker's heartbeats"
+    )
     dead_after: float = Field(
-        10.0, gt=0, description="seconds without a heartbeat after which a worker is dead"
+        10.0, gt=0, le=_YEAR, description="seconds without a heartbeat after which a worker is dead"
     )
     sources: tuple[str, ...] = Field(
         ("agents",), description="the sources toolfan poll and beat poll, comma-separated"
@@ -94,12 +117,14 @@ class Settings(BaseModel):
     runs_recheck: float = Field(
         1.0,
         ge=0,
+        le=_YEAR,
         description="seconds a watched run whose phase is in flight rests after its first "
         "read (0: read every pass)",
     )
     runs_recheck_max: float = Field(
         8.0,
         ge=0,
+        le=_YEAR,
         description="the longest rest of a watched run whose phase stays in flight (each "
         "read under the same claim doubles it from TOOLFAN_RUNS_RECHECK)",
     )
@@ -112,8 +137,12 @@ class Settings(BaseModel):
     model: str = Field(
         "gpt-4.1-mini", min_length=1, description="the model a tool loop calls by default"
     )
-    model_timeout: float = Field(300.0, gt=0, description="seconds one model call may take")
-    model_retries: int = Field(5, ge=0, description="retries of a model call failing briefly")
+    model_timeout: float = Field(
+        300.0, gt=0, le=_YEAR, description="seconds one model call may take"
+    )
+    model_retries: int = Field(
+        5, ge=0, le=1000, description="retries of a model call failing briefly"
+    )
     webhook_max_bytes: int = Field(
         1_048_576, ge=1024, description="bytes of one webhook delivery the intake reads at most"
     )
@@ -134,7 +163,10 @@ class Settings(BaseModel):
         None, description="module:function deciding every call of a tool without authorize="
     )
     approval_timeout: float = Field(
-        600.0, gt=0, description="seconds a call waits for its approval before it times out"
+        600.0,
+        gt=0,
+        le=_YEAR,
+        description="seconds a call waits for its approval before it times out",
     )
     enforce_agent_tools: bool = Field(
         True, description="refuse calls to functions the session's agent does not declare"

@@ -204,3 +204,21 @@ def test_a_malformed_url_is_refused_by_name_without_quoting_it(name, url, proble
 def test_well_formed_urls_are_taken_as_given(name, url):
     settings = Settings.from_env({name: url})
     assert settings.broker == (url or settings.redis_url) or settings.redis_url == url
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "limit"),
+    [
+        ("TOOLFAN_LEDGER_TTL", "100000000000000000", 315_360_000),  # Redis: invalid expire
+        ("TOOLFAN_POLL_INTERVAL", "1e10", 31_536_000),  # a thread's wait: OverflowError
+        ("TOOLFAN_DEAD_AFTER", "1e10", 31_536_000),
+        ("TOOLFAN_RUNS_RECHECK_MAX", "1e10", 31_536_000),
+        ("TOOLFAN_SUBMIT_RETRIES", "10000000000", 1000),
+    ],
+)
+def test_a_setting_far_past_any_sane_value_is_refused_by_name(name, value, limit):
+    # Each was taken, then failed where it was used: every ledger write refused by
+    # Redis, or the loop's first wait raising OverflowError.
+    with pytest.raises(SettingsError, match=f"^{name}: Input should be less than or equal"):
+        Settings.from_env({name: value})
+    assert Settings.from_env({name: str(limit)})  # the limit itself is taken

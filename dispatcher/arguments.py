@@ -39,3 +39,22 @@ def port(text: str) -> int:
     if not (text.isascii() and text.isdigit() and int(text) <= 65535):
         raise argparse.ArgumentTypeError(f"not a port number (0 to 65535): {text[:40]!r}")
     return int(text)
+
+
+#: The most of anything a command makes on its own (the demo's sessions and runs).
+MAX_COUNT = 100_000
+
+
+def count(text: str) -> int:
+    """A number of things to make: 0 to :data:`MAX_COUNT`.
+
+    ``int`` let negative numbers through: ``demo --sessions -5`` printed "seeded -5
+    sessions", and ``demo --runs -3`` ran everything well, then reported a failure (no
+    count of completed runs equals -3).
+
+    Raises:
+        argparse.ArgumentTypeError: for anything else (argparse names the option).
+    """
+    if not (text.isascii() and text.isdigit() and int(text) <= MAX_COUNT):
+        raise argparse.ArgumentTypeError(f"not a count (0 to {MAX_COUNT}): {text[:40]!r}")
+    return int(text)

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from dispatcher.approvals_cli import add_approvals
-from dispatcher.arguments import port, seconds
+from dispatcher.arguments import count, port, seconds
 from dispatcher.conversations.cli import add_chat
 from dispatcher.webhook.cli import add_webhook
 from handlers.errors import ToolfanError
@@ -217,8 +217,8 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "demo",
         help="start Redis, the emulator, a worker and a poller; answer seeded sessions and runs",
     )
-    p.add_argument("--sessions", type=int, default=50, help="sessions to seed (50)")
-    p.add_argument("--runs", type=int, default=10, help="Assistants runs to start (10)")
+    p.add_argument("--sessions", type=count, default=50, help="sessions to seed (50)")
+    p.add_argument("--runs", type=count, default=10, help="Assistants runs to start (10)")
     p.add_argument("--timeout", type=seconds, default=90.0, help="seconds to wait for answers")
     p.set_defaults(command=_cmd_demo, passthrough=False)
 

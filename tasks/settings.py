@@ -213,6 +213,24 @@ class Settings(BaseModel):
     def _blank_is_none(cls, value: Any) -> Any:
         return value or None
 
+    @field_validator("intake_token", mode="before")
+    @classmethod
+    def _usable_token(cls, value: Any) -> Any:
+        """The token without the spaces around it; refused if nothing else is left.
+
+        A token read from a file often ends in a newline, and no ``Authorization`` header
+        can carry spaces around a token. A token of spaces alone is refused, not taken:
+        anyone could guess it on the approval page's sign-in form.
+        """
+        if not isinstance(value, str) or not value:
+            return value  # unset
+        token = value.strip()
+        if not token:
+            raise ValueError("is only whitespace; set a long random token, or leave it empty")
+        if not token.isprintable():
+            raise ValueError("has control characters, which no Authorization header carries")
+        return token
+
     @model_validator(mode="after")
     def _beats_before_death(self) -> Settings:
         if self.dead_after < 2 * self.heartbeat:

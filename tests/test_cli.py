@@ -163,6 +163,17 @@ def test_a_webhook_secret_cut_short_refuses_the_intake_start_without_showing_it(
     assert good[8:] not in out.stdout + out.stderr and cut[8:] not in out.stdout + out.stderr
 
 
+@pytest.mark.parametrize("option", ["--sessions", "--runs"])
+@pytest.mark.parametrize("value", ["-5", "1.5", "100001", "x"])
+def test_demo_counts_are_whole_numbers_from_zero(option, value):
+    # A negative count was taken: "seeded -5 sessions", or a demo that went well and
+    # reported a failure because no count of completed runs equals -3.
+    out = toolfan("demo", option, value)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert f"argument {option}: not a count (0 to 100000): '{value}'" in out.stderr
+    assert "seeded" not in out.stdout
+
+
 @pytest.mark.parametrize("command", ["webhook", "emulator"])
 @pytest.mark.parametrize("value", ["-1", "65536", "99999", "http"])
 def test_a_port_out_of_range_is_a_usage_error_not_a_traceback(command, value):

@@ -222,3 +222,21 @@ def test_a_setting_far_past_any_sane_value_is_refused_by_name(name, value, limit
     with pytest.raises(SettingsError, match=f"^{name}: Input should be less than or equal"):
         Settings.from_env({name: value})
     assert Settings.from_env({name: str(limit)})  # the limit itself is taken
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [(" ", "only whitespace"), ("\n\t ", "only whitespace"), ("to\x00ken", "control characters")],
+)
+def test_an_intake_token_no_header_can_carry_is_refused_by_name(value, problem):
+    # A token of spaces was taken: no Authorization header could send it, but the approval
+    # page's sign-in form could, so anyone typing a space signed in.
+    with pytest.raises(SettingsError, match=f"^TOOLFAN_INTAKE_TOKEN: .*{problem}") as raised:
+        Settings.from_env({"TOOLFAN_INTAKE_TOKEN": value})
+    assert "to\x00ken" not in str(raised.value)
+
+
+def test_an_intake_token_read_from_a_file_loses_its_newline():
+    token = Settings.from_env({"TOOLFAN_INTAKE_TOKEN": "  s3cret-token\n"}).intake_token
+    assert token is not None and token.get_secret_value() == "s3cret-token"
+    assert Settings.from_env({"TOOLFAN_INTAKE_TOKEN": ""}).intake_token is None  # unset

@@ -147,7 +147,7 @@ def _cmd_poll(args: argparse.Namespace, rest: list[str]) -> int:
         return 2
     from dispatcher.loop import run_loop, run_once
     from tasks import metrics
-    from tasks.logs import clip_handlers, use_json
+    from tasks.logs import clip_handlers, quiet_http_requests, use_json
     from tasks.settings import get_settings
 
     def emit(line: str) -> None:
@@ -159,6 +159,7 @@ def _cmd_poll(args: argparse.Namespace, rest: list[str]) -> int:
     )
     use_json(logging.getLogger())
     clip_handlers(logging.getLogger(), get_settings().max_log_chars)
+    quiet_http_requests()
     if args.interval is not None:
         port = metrics.port_from_env()
         if port is not None:

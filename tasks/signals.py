@@ -30,7 +30,7 @@ from celery.signals import (
 
 from handlers.threads import RUNNERS
 from tasks import liveness, metrics
-from tasks.logs import clip_handlers, quiet_celery_results, use_json
+from tasks.logs import clip_handlers, quiet_celery_results, quiet_http_requests, use_json
 from tasks.settings import get_settings
 
 log = logging.getLogger("toolfan.worker")
@@ -45,6 +45,7 @@ def _structured_logs(logger: logging.Logger, **kwargs: Any) -> None:
     use_json(logger)
     clip_handlers(logger, get_settings().max_log_chars)
     quiet_celery_results()
+    quiet_http_requests()
 
 
 @worker_init.connect

@@ -88,7 +88,7 @@ def _serve(host: str, port: int, root_path: str = "") -> int:
     from dispatcher.warm import warm_intake
     from dispatcher.webhook.app import build_app, config_from_env
     from dispatcher.webhook.verify import SECRET_VARIABLE, unusable
-    from tasks.logs import clip_handlers, use_json
+    from tasks.logs import clip_handlers, quiet_http_requests, use_json
     from tasks.settings import get_settings
 
     logging.basicConfig(
@@ -96,6 +96,7 @@ def _serve(host: str, port: int, root_path: str = "") -> int:
     )
     use_json(logging.getLogger())  # TOOLFAN_LOG_FORMAT, as the workers and the poller
     clip_handlers(logging.getLogger(), get_settings().max_log_chars)
+    quiet_http_requests()
     config = config_from_env()
     bad = unusable(config.secrets)
     if bad:

@@ -110,6 +110,10 @@ def test_metrics_count_every_outcome_and_logs_are_json_without_secrets(api, obse
     lines = [json.loads(line) for line in worker.log().splitlines() if line.startswith("{")]
     calls = [r for r in lines if r.get("logger") == "toolfan.execute" and "elapsed_ms" in r]
     assert len(calls) == 4 * SESSIONS
+    # One line per submitted batch, toolfan's; not a second one from the HTTP client.
+    submits = [r for r in lines if r.get("logger") == "toolfan.submit"]
+    assert sum("submitted" in r["message"] for r in submits) == SESSIONS
+    assert not [r for r in lines if r.get("logger") == "httpx"]
     ok = next(r for r in calls if r["outcome"] == "ok")
     assert {"session_id", "turn_id", "call_id", "function", "elapsed_ms", "output_chars"} <= set(ok)
     assert ok["function"] == "add" and ok["output_chars"] == 1 and ok["source"] == "agents"

@@ -25,6 +25,7 @@ from handlers.errors import ToolfanError
 from handlers.result import CallResult
 from handlers.text import scrub
 from tasks import keys, metrics
+from tasks.lua import LuaScript
 from tasks.scripts import (
     BEGIN,
     CLAIM,
@@ -176,17 +177,17 @@ class Ledger:
         self.source = source
         #: Whether this source's batches can end unanswered (then ``begin`` checks).
         self.batches_end = batches_end
-        self._begin = client.register_script(BEGIN)
-        self._park = client.register_script(PARK)
-        self._extend = client.register_script(EXTEND)
-        self._finish = client.register_script(FINISH)
-        self._submitted = client.register_script(MARK_SUBMITTED)
-        self._claim = client.register_script(CLAIM)
-        self._release = client.register_script(RELEASE)
-        self._reclaim = client.register_script(RECLAIM)
-        self._takeover = client.register_script(TAKEOVER)
-        self._replace = client.register_script(REPLACE)
-        self._reopen = client.register_script(REOPEN)
+        self._begin = LuaScript(client, BEGIN)
+        self._park = LuaScript(client, PARK)
+        self._extend = LuaScript(client, EXTEND)
+        self._finish = LuaScript(client, FINISH)
+        self._submitted = LuaScript(client, MARK_SUBMITTED)
+        self._claim = LuaScript(client, CLAIM)
+        self._release = LuaScript(client, RELEASE)
+        self._reclaim = LuaScript(client, RECLAIM)
+        self._takeover = LuaScript(client, TAKEOVER)
+        self._replace = LuaScript(client, REPLACE)
+        self._reopen = LuaScript(client, REOPEN)
 
     @classmethod
     def from_url(cls, url: str, ttl: int, source: str) -> Ledger:
@@ -396,8 +397,8 @@ class Ledger:
         """The token holding a batch's claim, or None."""
         return cast(str | None, self._call(self.client.get, self._claim_key(batch_id)))
 
-    def _run(self, script: Any, keys_: list[str], args: list[Any]) -> Any:
-        return self._call(script, keys=keys_, args=args)
+    def _run(self, script: LuaScript, keys_: list[str], args: list[Any]) -> Any:
+        return self._call(script, keys_, args)
 
     @staticmethod
     def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:

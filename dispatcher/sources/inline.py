@@ -34,6 +34,7 @@ from handlers.text import shown
 from tasks import keys
 from tasks.app import app
 from tasks.delivery import Delivered, RetryLater
+from tasks.lua import LuaScript
 from tasks.runtime import get_ledger
 
 log = logging.getLogger("toolfan.inline")
@@ -85,8 +86,8 @@ class InlineSource:
         ledger = get_ledger(NAME)
         try:
             then = _script(ledger.client)(
-                keys=[keys.answer(NAME, batch_id), keys.then(NAME, batch_id)],
-                args=[encode_answer(results), ledger.ttl],
+                [keys.answer(NAME, batch_id), keys.then(NAME, batch_id)],
+                [encode_answer(results), ledger.ttl],
             )
         except redis.RedisError as exc:
             raise RetryLater(f"the answer could not be stored: {exc}", status="retry") from exc
@@ -115,8 +116,8 @@ def continue_with(batch_id: str, then: str) -> None:
 
 
 @cache
-def _script(client: redis.Redis) -> Any:
-    return client.register_script(DELIVER)
+def _script(client: redis.Redis) -> LuaScript:
+    return LuaScript(client, DELIVER)
 
 
 #: The instance the ``toolfan.sources`` entry point names.

@@ -232,3 +232,14 @@ def test_claims_beyond_one_mget_keep_their_order(ledger):
     owners = ledger.claim_owners(batches)
     assert owners == [f"token-{i}" if i in claimed else None for i in range(count)]
     assert ledger.claim_owners([]) == []
+
+
+def test_scripts_run_again_once_redis_has_lost_them(ledger, redis_client):
+    # A Redis that restarted or failed over has none of the scripts the ledger ran before.
+    r = ref()
+    assert ledger.begin(r, "add").attempts == 1
+    redis_client.script_flush()
+    assert ledger.finish(r, CallResult.ok("3")) == CallResult.ok("3")
+    redis_client.script_flush()
+    again = ledger.begin(r, "add")
+    assert again.saved == CallResult.ok("3") and again.attempts == 1

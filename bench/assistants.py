@@ -145,16 +145,12 @@ def run_assistants(
     passes = runs_passes(poller) - passes_before
     requests = _run_requests(emu, started)
     _drain(stack)
-    return Measurement(
-        system=ASSISTANTS,
-        workload=workload.name,
-        sessions=count,
-        calls=calls,
-        seconds=max(s["received_at"] for s in answered) - started,
-        latency=percentiles([s["received_at"] - seeded.at for s in answered]),
-        redis_commands_per_call=closed.total_commands / calls,
-        cpu_seconds_per_call=closed.cpu / calls,
-        extra={
+    return runs_measurement(
+        (ASSISTANTS, workload, count),
+        (answered, seeded, started),
+        closed.total_commands,
+        closed.cpu,
+        {
             **_accounting(answered, seeded, newly_watched),
             **_costs(closed, requests, passes),
             "poller_cpu_seconds": by_process["poller"] * calls / 1000,
@@ -164,6 +160,34 @@ def run_assistants(
             if requests["times"]
             else None,
         },
+    )
+
+
+def runs_measurement(
+    row: tuple[str, Workload, int],
+    runs: tuple[list[JSON], SeededRuns, float],
+    commands: int,
+    cpu: float,
+    extra: dict[str, Any],
+) -> Measurement:
+    """A runs row's figures, the runs row's and the runs floor's alike.
+
+    ``row`` is (system, workload, runs); ``runs`` the accepted submits, the seeded runs and
+    the moment the clock started; then the Redis commands and CPU seconds of the window.
+    """
+    system, workload, count = row
+    answered, seeded, started = runs
+    calls = count * workload.calls
+    return Measurement(
+        system=system,
+        workload=workload.name,
+        sessions=count,
+        calls=calls,
+        seconds=max(s["received_at"] for s in answered) - started,
+        latency=percentiles([s["received_at"] - seeded.at for s in answered]),
+        redis_commands_per_call=commands / calls,
+        cpu_seconds_per_call=cpu / calls,
+        extra=extra,
     )
 
 
@@ -230,13 +254,21 @@ def _drain(stack: BenchStack) -> None:
 
 def measure_assistants(
     stack: BenchStack, emu: Emulator, workload: Workload, workers: list[Service], warm_up: int
-) -> list[Measurement]:
-    """A warm-up, then ``--reps`` repetitions, with their own runs poller on the same workers."""
+) -> tuple[list[Measurement], list[Measurement]]:
+    """The runs row and the runs floor, in turn: a warm-up, then ``--reps`` pairs.
+
+    The runs row has its own runs poller on the same workers; the runs floor reads the runs
+    itself (the poller watches none of them, so it only looks at an empty watch list).
+    """
+    from bench.floor_runs import run_runs_floor
     from bench.run import repeat
 
+    ours: list[Measurement] = []
+    floor: list[Measurement] = []
     with runs_poller(stack) as poller:
         run_assistants(stack, emu, workload, (workers, poller), warm_up)
-        return [
-            repeat(run_assistants, stack, emu, workload, (workers, poller))
-            for _ in range(stack.config.reps)
-        ]
+        run_runs_floor(stack, emu, workload, workers, warm_up)
+        for _ in range(stack.config.reps):
+            floor.append(repeat(run_runs_floor, stack, emu, workload, workers))
+            ours.append(repeat(run_assistants, stack, emu, workload, (workers, poller)))
+    return ours, floor

@@ -14,6 +14,8 @@ RAW = "raw_celery"
 RAW_LEDGER = "raw_ledger"
 #: The least the contract asks: a list pass, one ledger write per call, one POST per batch.
 FLOOR = "floor"
+#: The same least on the run-shaped protocol: a read per run, a write per call, a submit per run.
+RUNS_FLOOR = "runs_floor"
 LOOP = "loop"
 THREADS = "threads"
 #: Display names, in table and plot order.
@@ -23,6 +25,7 @@ SYSTEMS = {
     RAW: "raw Celery",
     RAW_LEDGER: "raw + ledger",
     FLOOR: "the floor",
+    RUNS_FLOOR: "the runs floor",
     THREADS: "thread pool",
     LOOP: "sequential loop",
 }

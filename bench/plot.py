@@ -15,6 +15,7 @@ COLOURS = {
     "raw_celery": "#7f7f7f",
     "raw_ledger": "#bcbd22",
     "floor": "#8c564b",
+    "runs_floor": "#c49c94",
     "threads": "#2ca02c",
     "loop": "#d62728",
 }

@@ -16,6 +16,7 @@ from bench.figures import (
     LOOP,
     RAW,
     RAW_LEDGER,
+    RUNS_FLOOR,
     SYSTEMS,
     THREADS,
     TOOLFAN,
@@ -95,7 +96,7 @@ class Report:
         """Ratios of toolfan (or ``system``) to each baseline: throughput, Redis, CPU per call."""
         ours = self.get(workload, system)
         out: dict[str, float | None] = {}
-        for base in (RAW, RAW_LEDGER, FLOOR, THREADS, LOOP):
+        for base in (RAW, RAW_LEDGER, FLOOR, RUNS_FLOOR, THREADS, LOOP):
             other = self.get(workload, base)
             if ours is None or other is None:
                 continue
@@ -387,6 +388,7 @@ def lines(report: Report) -> list[str]:
             out.append(f"{SYSTEMS[ASSISTANTS]} / baseline ({workload}): " + ", ".join(parts))
     out += ledger_lines(report)
     out += floor_lines(report)
+    out += runs_floor_lines(report)
     out.append("")
     for workload, runs in report.spread.items():
         for system in SYSTEMS:
@@ -407,6 +409,8 @@ BASELINE_NOTES = {
     RAW_LEDGER: "each task also runs the ledger's begin and finish, and nothing else of toolfan",
     FLOOR: "only the list pass, one ledger write per call and one POST per batch: "
     "no implementation of the contract does less",
+    RUNS_FLOOR: "only one read per run, one ledger write per call and one submit per run: "
+    "no implementation of the runs source does less",
 }
 
 
@@ -420,22 +424,32 @@ def floor_lines(report: Report) -> list[str]:
     return [line for w in report.results for line in _between_lines(report, w, FLOOR)]
 
 
-def _between_lines(report: Report, workload: str, base: str) -> list[str]:
-    """A baseline between raw Celery and toolfan: its ratio to raw Celery, toolfan's to it."""
+def runs_floor_lines(report: Report) -> list[str]:
+    """The runs floor against raw Celery (the runs source's ceiling), and toolfan's runs row."""
+    return [
+        line
+        for w in report.results
+        for line in _between_lines(report, w, RUNS_FLOOR, ASSISTANTS)
+        if report.get(w, ASSISTANTS) is not None
+    ]
+
+
+def _between_lines(report: Report, workload: str, base: str, system: str = TOOLFAN) -> list[str]:
+    """A baseline between raw Celery and ``system``: its ratio to raw Celery, ``system``'s to it."""
     between, raw = report.get(workload, base), report.get(workload, RAW)
     if between is None or raw is None:
         return []
     pairs = report.spread.get(workload, {})
-    ours = report.ratios(workload)
+    ours = report.ratios(workload, system)
     return [
         f"{SYSTEMS[base]} / raw Celery ({workload}): throughput "
         f"{_fmt(ratio(between.calls_per_s, raw.calls_per_s), digits=2)} "
         f"{_ratios(pairs.get(f'{base}_vs_{RAW}', []))}, CPU "
         f"{_fmt(ratio(between.cpu_seconds_per_call, raw.cpu_seconds_per_call), digits=2)} "
         f"({BASELINE_NOTES[base]})",
-        f"toolfan / {SYSTEMS[base]} ({workload}): throughput "
+        f"{SYSTEMS[system]} / {SYSTEMS[base]} ({workload}): throughput "
         f"{_fmt(ours.get(f'throughput_vs_{base}'), digits=2)} "
-        f"{_ratios(pairs.get(f'toolfan_vs_{base}', []))}, CPU "
+        f"{_ratios(pairs.get(f'{system}_vs_{base}', []))}, CPU "
         f"{_fmt(ours.get(f'cpu_vs_{base}'), digits=2)}",
     ]
 

@@ -18,6 +18,7 @@ from bench.figures import (
     LOOP,
     RAW,
     RAW_LEDGER,
+    RUNS_FLOOR,
     THREADS,
     TOOLFAN,
     Measurement,
@@ -121,7 +122,7 @@ def run_noop_phases(
         say("policies and approvals: unused, then in use")
         report.features = run_features(stack, emu, workload, (workers, poller), runs[TOOLFAN])
     say(f"noop: toolfan runs, {workload.sessions} runs x {workload.calls} (assistants)")
-    runs[ASSISTANTS] = measure_assistants(stack, emu, workload, workers, WARM_UP)
+    runs[ASSISTANTS], runs[RUNS_FLOOR] = measure_assistants(stack, emu, workload, workers, WARM_UP)
     say(f"pushed: the peak, then half of the polled peak ({peak / 2:.0f} calls/s) and of its own")
     with stack.pusher() as intake:
         # The peak first, as for polling (its throughput runs come before its half load):
@@ -159,6 +160,11 @@ def spread(runs: dict[str, list[Measurement]]) -> dict[str, Any]:
     if ASSISTANTS in runs:
         pairs = zip(runs[ASSISTANTS], runs.get(RAW, []), strict=False)
         out[f"{ASSISTANTS}_vs_raw_celery"] = [t.calls_per_s / r.calls_per_s for t, r in pairs]
+    if RUNS_FLOOR in runs:
+        pairs = zip(runs[RUNS_FLOOR], runs.get(RAW, []), strict=False)
+        out[f"{RUNS_FLOOR}_vs_raw_celery"] = [t.calls_per_s / r.calls_per_s for t, r in pairs]
+        pairs = zip(runs.get(ASSISTANTS, []), runs[RUNS_FLOOR], strict=False)
+        out[f"{ASSISTANTS}_vs_{RUNS_FLOOR}"] = [t.calls_per_s / r.calls_per_s for t, r in pairs]
     if RAW_LEDGER in runs:
         pairs = zip(runs[RAW_LEDGER], runs.get(RAW, []), strict=False)
         out[f"{RAW_LEDGER}_vs_raw_celery"] = [t.calls_per_s / r.calls_per_s for t, r in pairs]

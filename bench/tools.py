@@ -28,6 +28,7 @@ RAW_COLLECT = "bench.raw_collect"
 RAW_LEDGER_NOOP = "bench.raw_ledger_noop"
 FLOOR_CALL = "bench.floor_call"
 FLOOR_SUBMIT = "bench.floor_submit"
+FLOOR_RUNS_SUBMIT = "bench.floor_runs_submit"
 
 
 @tool(timeout=10)
@@ -153,6 +154,22 @@ def floor_submit(results: list[list[str]], session: str) -> None:
         f"/agents/sessions/{path_segment(session)}/events",
         content=events_body(events),
         headers={"Idempotency-Key": f"floor-{session}", "Content-Type": "application/json"},
+    ).raise_for_status()
+
+
+@shared_task(name=FLOOR_RUNS_SUBMIT)
+def floor_runs_submit(results: list[list[str]], thread: str, run: str) -> None:
+    """Chord callback of the runs floor: the phase's outputs in one ``submit_tool_outputs``.
+
+    The run's path is built by toolfan's own helper, as its source builds it.
+    """
+    from dispatcher.client import path_segment
+
+    outputs = [{"tool_call_id": call, "output": output} for _, call, output in results]
+    _api().post(
+        f"/threads/{path_segment(thread)}/runs/{path_segment(run)}/submit_tool_outputs",
+        content=json.dumps({"tool_outputs": outputs, "stream": False}),
+        headers={"Content-Type": "application/json", "OpenAI-Beta": "assistants=v2"},
     ).raise_for_status()
 
 

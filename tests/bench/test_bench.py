@@ -17,7 +17,7 @@ from tests.bench.runs import run_bench
 
 SYSTEMS = ("toolfan", "raw_celery", "floor", "threads", "loop")
 #: Rows only some workloads have: the no-op workload's runs on the ``assistants`` source.
-EXTRA_SYSTEMS = {"noop": {"assistants", "raw_ledger"}}
+EXTRA_SYSTEMS = {"noop": {"assistants", "raw_ledger", "runs_floor"}}
 #: The target of the ``assistants`` row.
 ASSISTANTS_TARGETS = ("no-op throughput, assistants source / raw Celery",)
 QUICK_IDLE = 500
@@ -54,7 +54,14 @@ def test_every_workload_and_system_is_measured_and_sane(bench: dict[str, Any]) -
             p = m["latency"]
             assert _positive(p["p50"]) and p["p50"] <= p["p95"] <= p["p99"], (where, p)
             assert m["calls"] == m["sessions"] * bench["json"]["info"]["workloads"][name]["calls"]
-            if system in ("toolfan", "raw_celery", "assistants", "raw_ledger", "floor"):
+            if system in (
+                "toolfan",
+                "raw_celery",
+                "assistants",
+                "raw_ledger",
+                "floor",
+                "runs_floor",
+            ):
                 assert _positive(m["redis_commands_per_call"]), where
         toolfan = by_system["toolfan"]
         assert _positive(toolfan["api_requests_per_poll"])
@@ -69,6 +76,22 @@ def test_every_workload_and_system_is_measured_and_sane(bench: dict[str, Any]) -
     _cpu_split_accounts_for_the_cpu(bench)
     _the_ledger_row_writes_each_call_s_record(bench)
     _the_floor_answers_every_session_once(bench)
+    _the_runs_floor_answers_every_run_once(bench)
+
+
+def _the_runs_floor_answers_every_run_once(bench: dict[str, Any]) -> None:
+    """The runs floor reads each run itself, and submits each run's outputs once."""
+    floor = bench["json"]["workloads"]["noop"]["runs_floor"]
+    extra = floor["extra"]
+    assert (
+        extra["published_runs"] == extra["runs_answered"] == extra["submits"] == floor["sessions"]
+    )
+    assert extra["outputs"] == floor["calls"]
+    spread = bench["json"]["spread"]["noop"]
+    assert len(spread["runs_floor_vs_raw_celery"]) == len(spread["assistants_vs_runs_floor"]) == 2
+    text = (bench["out"] / "bench.txt").read_text()
+    assert "the runs floor / raw Celery (noop): throughput" in text
+    assert "toolfan runs / the runs floor (noop): throughput" in text
 
 
 def _the_floor_answers_every_session_once(bench: dict[str, Any]) -> None:
@@ -108,7 +131,7 @@ def _cpu_split_accounts_for_the_cpu(bench: dict[str, Any]) -> None:
     """The CPU by process adds up to the row's CPU per call, and is printed for no-op."""
     workloads = bench["json"]["workloads"]
     for name, by_system in workloads.items():
-        for system in ("toolfan", "raw_celery", "assistants", "raw_ledger", "floor"):
+        for system in ("toolfan", "raw_celery", "assistants", "raw_ledger", "floor", "runs_floor"):
             if system not in by_system:
                 continue
             m = by_system[system]

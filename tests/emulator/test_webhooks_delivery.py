@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import socket
+import ssl
 import time
 from collections.abc import Iterator
 
@@ -26,7 +27,7 @@ from emulator import (
     mcp_approval_request,
 )
 from emulator.testing import wait_until
-from emulator.webhooks import WebhookState
+from emulator.webhooks import WebhookState, sender
 from emulator.webhooks.testing import Push, WebhookReceiver, running_receiver
 
 pytestmark = pytest.mark.slow  # over 5 s: make test-fast leaves it out
@@ -370,3 +371,19 @@ def test_deliveries_never_block_session_creation(
     assert emu.state.webhooks.pending() > 50  # most deliveries are still under way
     assert len(receiver.pushes()) < 50
     receiver.wait_for(8)  # and they do get going meanwhile
+
+
+def test_delivery_clients_load_the_ca_bundle_once(monkeypatch):
+    # Each delivery worker makes its client; httpx built its TLS settings anew for each,
+    # loading the CA bundle (18 ms of CPU), on the cores of the fleet under test.
+    loads: list[object] = []
+    original = ssl.SSLContext.load_verify_locations
+
+    def counting(self: ssl.SSLContext, *args: object, **kwargs: object) -> None:
+        loads.append(self)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counting)
+    for _ in range(5):
+        sender.new_client().close()
+    assert len(loads) <= 1  # none when an earlier client of this process loaded it

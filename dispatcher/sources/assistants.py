@@ -3,15 +3,17 @@
 A batch is one ``requires_action`` phase of one run; its id names the thread and the run
 (:func:`batch_id`), and its calls share a turn id naming the phase (:func:`phase_of`), so
 a run that comes back with new calls makes a new batch. Its results go back as one
-``submit_tool_outputs`` request, in the order the run listed the calls. Outputs are
-strings: the tool's output, a content array flattened to its text, and a failure as the
-JSON text ``{"error": "<message>"}``.
+``submit_tool_outputs`` request. Outputs are strings: the tool's output, a content array
+flattened to its text, and a failure as the JSON text ``{"error": "<message>"}``.
 
-The protocol takes no idempotency key, so exactly-once comes from the run itself: before a
-submit, and after one that failed or lost its answer, the run is read. A run that has
-moved past the phase (it runs, waits for other calls, or completed) had the phase
-answered, so the batch counts as delivered; a run that expired, failed or was cancelled
-takes nothing, and the batch is refused (nothing was sent).
+The protocol takes no idempotency key, so exactly-once comes from the run itself: the API
+takes one submit per phase, with every output of it, and refuses any other. After a
+submit that was refused, failed or lost its answer, the run is read. A run that has moved
+past the phase (it runs, waits for other calls, or completed) had the phase answered, so
+the batch counts as delivered; a run that expired, failed or was cancelled takes nothing,
+and neither does one that waits for calls toolfan could not read: the batch is refused.
+The run is not read before a first submit: that read found the run waiting in all but
+the rare resend, and cost a request per phase.
 """
 
 from __future__ import annotations
@@ -100,14 +102,15 @@ class AssistantsSource:
         return {"thread_id": thread_id, "run_id": run_id}
 
     def deliver(self, batch_id: str, results: Sequence[Mapping[str, Any]]) -> Delivered:
-        """Submit a phase's outputs once; a run past the phase counts as delivered."""
+        """Submit a phase's outputs once; a run past the phase counts as delivered.
+
+        The run is read only when the submit is refused or its answer lost: the API refuses
+        outputs a run does not wait for (past the phase, over, or waiting for more calls),
+        and the read then says which.
+        """
         thread_id, run_id = run_of(batch_id)
         by_call = {str(r["call_id"]): r for r in results}
-        run = self._read(thread_id, run_id)
-        settled = _settled(run, set(by_call), "")
-        if settled is not None:
-            return settled
-        outputs = [Output(c.call_id, output_text(by_call[c.call_id])) for c in run.tool_calls]
+        outputs = [Output(call_id, output_text(result)) for call_id, result in by_call.items()]
         key = _key(batch_id, outputs)
         try:
             self.client.submit_tool_outputs(thread_id, run_id, outputs)
@@ -146,7 +149,8 @@ def _settled(run: Run, ours: set[str], key: str) -> Delivered | None:
 
 def _key(batch: str, outputs: Sequence[Output]) -> str:
     """The identity of one submit (this API takes no key): batch and exact outputs."""
-    body = json.dumps([batch, [[o.tool_call_id, o.output] for o in outputs]])
+    pairs = sorted([o.tool_call_id, o.output] for o in outputs)
+    body = json.dumps([batch, pairs])
     return f"toolfan-{hashlib.sha256(body.encode()).hexdigest()[:40]}"
 
 

@@ -432,3 +432,28 @@ def test_a_near_api_is_read_one_run_at_a_time_and_a_far_one_several_at_once(stac
     state.set_faults(latency=0.0, endpoints=["runs"])
     assert one_pass() == ["MainThread"] * len(runs)
     assert not poller._far
+
+
+def test_a_phase_goes_in_one_submit_and_a_resend_is_settled_by_one_read(stack, state):
+    # The run used to be read before every submit: a request per phase that found it
+    # waiting in all but the rare resend. The API refuses outputs a run does not wait for,
+    # so the run is read only then.
+    from dispatcher.sources.assistants import AssistantsSource
+    from dispatcher.sources.assistants_client import AssistantsClient
+    from dispatcher.sources.assistants_config import load_config
+
+    run = state.create_run([[call("add", {"a": 1, "b": 2}, "call_one")]])
+    ids = batch_id(run["thread_id"], run["id"])
+    result = {"turn_id": phase_of(["call_one"]), "call_id": "call_one", "success": True}
+    with AssistantsClient(load_config(stack.env)) as client:
+        source = AssistantsSource(client)
+        sent = len(state.requests(run["id"]))
+        first = source.deliver(ids, [{**result, "output": "3"}])
+        made = [(r.method, r.status) for r in state.requests(run["id"])[sent:]]
+        assert made == [("POST", 200)] and first.status == "200"
+        assert outputs(state, run) == [[("call_one", "3")]]
+        sent = len(state.requests(run["id"]))
+        again = source.deliver(ids, [{**result, "output": "3"}])  # a duplicate callback
+        made = [(r.method, r.status) for r in state.requests(run["id"])[sent:]]
+        assert made == [("POST", 400), ("GET", 200)] and again.status == "past"
+    assert outputs(state, run) == [[("call_one", "3")]], "applied once"

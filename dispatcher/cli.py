@@ -147,7 +147,7 @@ def _cmd_poll(args: argparse.Namespace, rest: list[str]) -> int:
         return 2
     from dispatcher.loop import run_loop, run_once
     from tasks import metrics
-    from tasks.logs import clip_handlers, quiet_http_requests, use_json
+    from tasks.logs import structured
     from tasks.settings import get_settings
 
     def emit(line: str) -> None:
@@ -157,9 +157,7 @@ def _cmd_poll(args: argparse.Namespace, rest: list[str]) -> int:
         level=logging.INFO if args.verbose else logging.ERROR,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    use_json(logging.getLogger())
-    clip_handlers(logging.getLogger(), get_settings().max_log_chars)
-    quiet_http_requests()
+    structured(logging.getLogger(), get_settings().max_log_chars)
     if args.interval is not None:
         port = metrics.port_from_env()
         if port is not None:

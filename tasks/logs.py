@@ -117,3 +117,14 @@ def quiet_http_requests() -> None:
         logger = logging.getLogger(name)
         if logger.getEffectiveLevel() > logging.DEBUG:
             logger.setLevel(logging.WARNING)
+
+
+def structured(logger: logging.Logger, limit: int) -> None:
+    """Make ``logger``'s handlers toolfan's: JSON (when configured), clipped, no HTTP noise.
+
+    What every toolfan process does to its logging once it is set up: workers, the poller
+    and the intake alike.
+    """
+    use_json(logger)
+    clip_handlers(logger, limit)
+    quiet_http_requests()

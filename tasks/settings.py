@@ -34,6 +34,13 @@ _YEAR = 365 * 86_400
 _TEN_YEARS = 10 * _YEAR
 
 
+def _seconds(default: float | None, description: str, *, zero: bool = False) -> Any:
+    """A setting in seconds: above 0 (or from 0, with ``zero``), and at most a year."""
+    if zero:
+        return Field(default, ge=0, le=_YEAR, description=description)
+    return Field(default, gt=0, le=_YEAR, description=description)
+
+
 class SettingsError(ToolfanError):
     """An environment variable holds a value toolfan cannot use."""
 
@@ -57,31 +64,21 @@ class Settings(BaseModel):
     result_expires: int = Field(
         86400, gt=0, le=_TEN_YEARS, description="seconds Celery keeps task results"
     )
-    time_limit_grace: float = Field(
-        30.0, ge=0, le=_YEAR, description="added to a tool's hard limit"
-    )
-    queue_budget: float = Field(
+    time_limit_grace: float = _seconds(30.0, "added to a tool's hard limit", zero=True)
+    queue_budget: float = _seconds(
         300.0,
-        gt=0,
-        le=_YEAR,
-        description="seconds a call may wait in its queue; with the longest tool "
+        "seconds a call may wait in its queue; with the longest tool "
         "timeout it makes a session's claim lease",
     )
     max_attempts: int = Field(3, ge=1, le=1000, description="deliveries of a call before giving up")
-    action_expiry: float | None = Field(
+    action_expiry: float | None = _seconds(
         None,
-        gt=0,
-        le=_YEAR,
-        description="seconds after first dispatch at which the platform expires "
+        "seconds after first dispatch at which the platform expires "
         "a session's pending actions, when it does",
     )
-    expiry_margin: float = Field(15.0, ge=0, le=_YEAR, description="answer this long before expiry")
-    api_timeout: float = Field(
-        30.0, gt=0, le=_YEAR, description="seconds to wait for an API answer"
-    )
-    poll_interval: float = Field(
-        5.0, gt=0, le=_YEAR, description="seconds between polls (loop, beat)"
-    )
+    expiry_margin: float = _seconds(15.0, "answer this long before expiry", zero=True)
+    api_timeout: float = _seconds(30.0, "seconds to wait for an API answer")
+    poll_interval: float = _seconds(5.0, "seconds between polls (loop, beat)")
     submit_retries: int = Field(10, ge=0, le=1000, description="Celery retries of a failed submit")
     agent_id: str | None = Field(None, description="only poll this agent's sessions")
     session_metadata: dict[str, str] = Field(
@@ -96,15 +93,9 @@ class Settings(BaseModel):
     max_batch_bytes: int = Field(16_777_216, ge=65_536, description="one batch of results")
     max_log_chars: int = Field(2_000, ge=100, description="one field of a log line")
     poll_max_pages: int = Field(10_000, gt=0, description="pages one poll pass reads at most")
-    poll_max_seconds: float = Field(
-        300.0, gt=0, le=_YEAR, description="seconds one poll pass lists at most"
-    )
-    heartbeat: float = Field(
-        2.0, gt=0, le=_YEAR, description="seconds between a worker's heartbeats"
-    )
-    dead_after: float = Field(
-        10.0, gt=0, le=_YEAR, description="seconds without a heartbeat after which a worker is dead"
-    )
+    poll_max_seconds: float = _seconds(300.0, "seconds one poll pass lists at most")
+    heartbeat: float = _seconds(2.0, "seconds between a worker's heartbeats")
+    dead_after: float = _seconds(10.0, "seconds without a heartbeat after which a worker is dead")
     sources: tuple[str, ...] = Field(
         ("agents",), description="the sources toolfan poll and beat poll, comma-separated"
     )
@@ -114,19 +105,17 @@ class Settings(BaseModel):
         description="how runs are found: watched only, or also the recent threads (Foundry)",
     )
     runs_max_threads: int = Field(1000, gt=0, description="threads a discovering pass reads")
-    runs_recheck: float = Field(
+    runs_recheck: float = _seconds(
         1.0,
-        ge=0,
-        le=_YEAR,
-        description="seconds a watched run whose phase is in flight rests after its first "
+        "seconds a watched run whose phase is in flight rests after its first "
         "read (0: read every pass)",
+        zero=True,
     )
-    runs_recheck_max: float = Field(
+    runs_recheck_max: float = _seconds(
         8.0,
-        ge=0,
-        le=_YEAR,
-        description="the longest rest of a watched run whose phase stays in flight (each "
+        "the longest rest of a watched run whose phase stays in flight (each "
         "read under the same claim doubles it from TOOLFAN_RUNS_RECHECK)",
+        zero=True,
     )
     runs_readers: int = Field(
         8,
@@ -137,9 +126,7 @@ class Settings(BaseModel):
     model: str = Field(
         "gpt-4.1-mini", min_length=1, description="the model a tool loop calls by default"
     )
-    model_timeout: float = Field(
-        300.0, gt=0, le=_YEAR, description="seconds one model call may take"
-    )
+    model_timeout: float = _seconds(300.0, "seconds one model call may take")
     model_retries: int = Field(
         5, ge=0, le=1000, description="retries of a model call failing briefly"
     )
@@ -162,11 +149,8 @@ class Settings(BaseModel):
     policy: str | None = Field(
         None, description="module:function deciding every call of a tool without authorize="
     )
-    approval_timeout: float = Field(
-        600.0,
-        gt=0,
-        le=_YEAR,
-        description="seconds a call waits for its approval before it times out",
+    approval_timeout: float = _seconds(
+        600.0, "seconds a call waits for its approval before it times out"
     )
     enforce_agent_tools: bool = Field(
         True, description="refuse calls to functions the session's agent does not declare"

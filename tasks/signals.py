@@ -30,7 +30,7 @@ from celery.signals import (
 
 from handlers.threads import RUNNERS
 from tasks import liveness, metrics
-from tasks.logs import clip_handlers, quiet_celery_results, quiet_http_requests, use_json
+from tasks.logs import quiet_celery_results, structured
 from tasks.settings import get_settings
 
 log = logging.getLogger("toolfan.worker")
@@ -42,10 +42,8 @@ RECYCLE = threading.Event()
 @after_setup_logger.connect
 @after_setup_task_logger.connect
 def _structured_logs(logger: logging.Logger, **kwargs: Any) -> None:
-    use_json(logger)
-    clip_handlers(logger, get_settings().max_log_chars)
+    structured(logger, get_settings().max_log_chars)
     quiet_celery_results()
-    quiet_http_requests()
 
 
 @worker_init.connect

@@ -88,15 +88,13 @@ def _serve(host: str, port: int, root_path: str = "") -> int:
     from dispatcher.warm import warm_intake
     from dispatcher.webhook.app import build_app, config_from_env
     from dispatcher.webhook.verify import SECRET_VARIABLE, unusable
-    from tasks.logs import clip_handlers, quiet_http_requests, use_json
+    from tasks.logs import structured
     from tasks.settings import get_settings
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    use_json(logging.getLogger())  # TOOLFAN_LOG_FORMAT, as the workers and the poller
-    clip_handlers(logging.getLogger(), get_settings().max_log_chars)
-    quiet_http_requests()
+    structured(logging.getLogger(), get_settings().max_log_chars)  # as workers and poller
     config = config_from_env()
     bad = unusable(config.secrets)
     if bad:

@@ -11,6 +11,7 @@ import base64
 import json
 import os
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -192,10 +193,25 @@ def test_on_rabbitmq_a_batch_declares_its_queue_before_its_first_message(app):
     rabbit.conf.update(broker_url=url)
     try:
         send_chord(rabbit, header(rabbit, 3, queue), body(rabbit))
-        with Connection(url) as connection:
-            _, count, _ = connection.channel().queue_declare(queue, passive=True)
+        count = _settled_count(url, queue, expected=3)
     finally:
         rabbit.close()
         with Connection(url) as connection:  # whatever the test got to, the queue goes
             connection.channel().queue_delete(queue)
     assert count == 3
+
+
+def _settled_count(url: str, queue: str, expected: int) -> int:
+    """The queue's message count once it reaches ``expected``, or what it held after 10 s.
+
+    A publish without confirms is on its way when ``send_chord`` returns, and another
+    connection may count the queue before the broker has routed all of it (CI once saw 1 of
+    3); messages sent to an undeclared queue are dropped, so they never arrive at all.
+    """
+    deadline = time.monotonic() + 10.0
+    while True:
+        with Connection(url) as connection:
+            _, count, _ = connection.channel().queue_declare(queue, passive=True)
+        if count >= expected or time.monotonic() > deadline:
+            return int(count)
+        time.sleep(0.05)

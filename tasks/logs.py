@@ -91,14 +91,25 @@ def use_json(logger: logging.Logger) -> None:
             handler.setFormatter(JSONFormatter())
 
 
-def quiet_celery_results() -> None:
-    """Keep Celery from logging task return values (tool outputs) except at DEBUG.
+#: Celery's loggers of a line per task at INFO: "received" (the worker's main process) and
+#: "succeeded in" with the return value (the pool process).
+CELERY_PER_TASK_LOGGERS = ("celery.app.trace", "celery.worker.strategy")
 
-    Our own line per call says how it ended without the output itself.
+
+def quiet_celery_per_task_lines() -> None:
+    """Keep Celery's own line per task out of the logs, except at DEBUG.
+
+    The "succeeded" line carries the task's return value, a tool's output. The "received"
+    line, written by the worker's main process, which takes every message off the broker
+    for the whole pool, says nothing toolfan's own line per call does not (that one names
+    the batch, the call, the function and how it ended); it doubled a worker's log volume
+    and cost that busiest process a formatted line per call. Celery reads the level once,
+    when the worker starts consuming, so this runs as logging is set up.
     """
-    trace = logging.getLogger("celery.app.trace")
-    if trace.getEffectiveLevel() > logging.DEBUG:
-        trace.setLevel(logging.WARNING)
+    for name in CELERY_PER_TASK_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.getEffectiveLevel() > logging.DEBUG:
+            logger.setLevel(logging.WARNING)
 
 
 #: Loggers of the HTTP client that log every request at INFO.

@@ -30,7 +30,7 @@ from celery.signals import (
 
 from handlers.threads import RUNNERS
 from tasks import liveness, metrics
-from tasks.logs import quiet_celery_results, structured
+from tasks.logs import quiet_celery_per_task_lines, structured
 from tasks.settings import get_settings
 
 log = logging.getLogger("toolfan.worker")
@@ -43,7 +43,7 @@ RECYCLE = threading.Event()
 @after_setup_task_logger.connect
 def _structured_logs(logger: logging.Logger, **kwargs: Any) -> None:
     structured(logger, get_settings().max_log_chars)
-    quiet_celery_results()
+    quiet_celery_per_task_lines()
 
 
 @worker_init.connect

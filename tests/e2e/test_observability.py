@@ -114,6 +114,10 @@ def test_metrics_count_every_outcome_and_logs_are_json_without_secrets(api, obse
     submits = [r for r in lines if r.get("logger") == "toolfan.submit"]
     assert sum("submitted" in r["message"] for r in submits) == SESSIONS
     assert not [r for r in lines if r.get("logger") == "httpx"]
+    # Nor Celery's own line per task ("received", "succeeded"): toolfan's line is the record.
+    assert not [
+        r for r in lines if r.get("logger", "").startswith("celery.") and "Task " in r["message"]
+    ]
     ok = next(r for r in calls if r["outcome"] == "ok")
     assert {"session_id", "turn_id", "call_id", "function", "elapsed_ms", "output_chars"} <= set(ok)
     assert ok["function"] == "add" and ok["output_chars"] == 1 and ok["source"] == "agents"

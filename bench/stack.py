@@ -46,7 +46,12 @@ def redis_server(config: BenchConfig) -> Iterator[str]:
 
 
 def service_env(base: str, config: BenchConfig, api_url: str) -> dict[str, str]:
-    """The environment of every bench process: only the bench's toolfan settings."""
+    """The environment of every bench process: only the bench's toolfan settings.
+
+    Everything else is toolfan's default, JSON logs included: what users run is what is
+    measured. The API timeout is the one exception: it never fires in a healthy run, and a
+    request lost by a broken stand-in fails the repetition in 10 s instead of 30.
+    """
     ours = ("TOOLFAN_", "OPENAI_", "PYTEST_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(ours)}
     path = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
@@ -55,7 +60,6 @@ def service_env(base: str, config: BenchConfig, api_url: str) -> dict[str, str]:
         TOOLFAN_REDIS_URL=f"{base}/{config.ledger_db}",
         TOOLFAN_BROKER_URL=f"{base}/{config.broker_db}",
         TOOLFAN_HANDLERS=HANDLERS,
-        TOOLFAN_LOG_FORMAT="text",
         TOOLFAN_API_TIMEOUT="10",
         OPENAI_BASE_URL=api_url,
         OPENAI_API_KEY=API_KEY,

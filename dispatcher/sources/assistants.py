@@ -144,7 +144,7 @@ def _settled(run: Run, ours: set[str], key: str) -> Delivered | None:
     if run.waiting and ours < waiting:
         missing = ", ".join(sorted(waiting - ours)[:5])
         raise Refused(f"the run also waits for calls toolfan could not read: {missing}", key=key)
-    return Delivered(key or "resolved", "past", len(ours))
+    return Delivered(key, "past", len(ours))
 
 
 def _key(batch: str, outputs: Sequence[Output]) -> str:

@@ -11,7 +11,6 @@ import base64
 import json
 import os
 import re
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -24,6 +23,7 @@ from kombu import Connection
 
 from tasks.dispatch import _not_subscribing
 from tasks.publish import send_chord
+from tests.services import wait_for
 
 QUEUE = "fn.publish_test"
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -193,7 +193,10 @@ def test_on_rabbitmq_a_batch_declares_its_queue_before_its_first_message(app):
     rabbit.conf.update(broker_url=url)
     try:
         send_chord(rabbit, header(rabbit, 3, queue), body(rabbit))
-        count = _settled_count(url, queue, expected=3)
+        # Sent without confirms, the messages may still be on their way when send_chord
+        # returns (CI once counted 1 of 3 at once); sent to an undeclared queue, they never
+        # arrive, and counting the queue raises.
+        count = wait_for(lambda: _routed(url, queue, 3), 10, "3 messages routed")
     finally:
         rabbit.close()
         with Connection(url) as connection:  # whatever the test got to, the queue goes
@@ -201,17 +204,8 @@ def test_on_rabbitmq_a_batch_declares_its_queue_before_its_first_message(app):
     assert count == 3
 
 
-def _settled_count(url: str, queue: str, expected: int) -> int:
-    """The queue's message count once it reaches ``expected``, or what it held after 10 s.
-
-    A publish without confirms is on its way when ``send_chord`` returns, and another
-    connection may count the queue before the broker has routed all of it (CI once saw 1 of
-    3); messages sent to an undeclared queue are dropped, so they never arrive at all.
-    """
-    deadline = time.monotonic() + 10.0
-    while True:
-        with Connection(url) as connection:
-            _, count, _ = connection.channel().queue_declare(queue, passive=True)
-        if count >= expected or time.monotonic() > deadline:
-            return int(count)
-        time.sleep(0.05)
+def _routed(url: str, queue: str, expected: int) -> int:
+    """The queue's message count once it holds ``expected`` messages; 0 before."""
+    with Connection(url) as connection:
+        _, count, _ = connection.channel().queue_declare(queue, passive=True)
+    return int(count) if count >= expected else 0

@@ -1,8 +1,8 @@
 """``python -m bench`` (``make bench``): the benchmark, from a source checkout only.
 
 ``python -m bench`` runs the targets' bench; ``python -m bench curves`` draws the cost
-curves and ``python -m bench soak`` runs the long mixed load with faults (each has its own
-``--help``).
+curves, ``python -m bench soak`` runs the long mixed load with faults, and ``python -m bench
+anatomy`` weighs the parts of one call's ``execute`` (each has its own ``--help``).
 
 The bench lives outside the product's packages: it is not in the wheel, and no toolfan
 command imports it. It drives the real commands (``toolfan worker``, ``toolfan poll``,
@@ -51,8 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(flushed at start and end), runs no-op and 50 ms I/O workloads through toolfan and "
         "three baselines, polls idle sessions, and checks the performance targets. Writes "
         "bench.json, bench.txt and bench.png to --out. Exits 0 even when a target fails.",
-        epilog="Also: 'python -m bench curves --help' (cost curves against raw Celery) and "
-        "'python -m bench soak --help' (a long mixed load with faults).",
+        epilog="Also: 'python -m bench curves --help' (cost curves against raw Celery), "
+        "'python -m bench soak --help' (a long mixed load with faults) and 'python -m bench "
+        "anatomy --help' (one call's execute, part by part).",
     )
     defaults = BenchConfig()
     for flag, field, kind, text in NUMBERS:
@@ -95,7 +96,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig:
 
 
 #: ``python -m bench NAME ...``: the other runs, each a module with its own ``main(argv)``.
-SUBCOMMANDS = ("curves", "soak")
+SUBCOMMANDS = ("anatomy", "curves", "soak")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

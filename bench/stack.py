@@ -11,7 +11,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -83,22 +83,36 @@ def owned(stack: BenchStack) -> Iterator[None]:
 
     Two benches on one pair of databases consume each other's tasks and flush each other's
     records: every figure of both would be wrong, so the second one stops at once, saying
-    why. The key is renewed by a thread and expires soon after its bench dies.
+    why.
 
     Raises:
         DatabasesInUse: another bench's key is there.
     """
-    client, config = stack.redis(), stack.config
+    config = stack.config
+    with owning(stack.redis(), f"{config.broker_db} and {config.ledger_db}", stack.flush):
+        yield
+
+
+@contextmanager
+def owning(client: redis.Redis, databases: str, flush: Callable[[], object]) -> Iterator[None]:
+    """Hold the owner key in ``client``'s database, after ``flush``; refuse if another does.
+
+    The key is renewed by a thread and expires soon after its holder dies. ``client`` is
+    closed at the end.
+
+    Raises:
+        DatabasesInUse: another bench's key is there.
+    """
     holder = client.get(OWNER_KEY)
     if isinstance(holder, bytes):
         holder = holder.decode(errors="replace")
     if holder is not None:
+        client.close()
         raise DatabasesInUse(
-            f"another bench ({holder}) is running on Redis databases "
-            f"{config.broker_db} and {config.ledger_db}: wait for it, pass --private-redis, or "
-            "choose others with --broker-db and --ledger-db"
+            f"another bench ({holder}) is running on Redis databases {databases}: wait for "
+            "it, pass --private-redis, or choose other databases (the --*-db options)"
         )
-    stack.flush()
+    flush()
     owner = f"pid {os.getpid()} on {socket.gethostname()}"
     client.set(OWNER_KEY, owner, ex=OWNER_TTL)
     stop = threading.Event()

@@ -1,0 +1,285 @@
+"""``python -m bench anatomy``: what one no-op call costs inside ``execute``, part by part.
+
+The full bench says how far toolfan's worker pool is from the floor's (``bench/floor.py``)
+in CPU per call; this says where the difference lies, in one process, with no broker and
+no pool around the calls: the body of ``toolfan.execute`` for one no-op call against the
+body of the floor's call (one ledger ``finish``), and each part of the former alone, as
+the engine runs it:
+
+* the ledger's ``begin`` and ``finish`` (one Lua script and round trip each), beside a
+  Redis ``PING`` through the client, on a connection held out of its pool, and on a bare
+  socket (what the client's own work per command is);
+* the argument validation, the call's context, the runner thread that holds the timeout,
+  the metrics and the log line per call (JSON, toolfan's default format, to ``/dev/null``:
+  the write to a real log costs more);
+* what is left: the envelope, the ids, the result and the glue between the parts, and
+  what the parts cost more inside the whole than alone (a part measured alone runs hot;
+  switching parts off inside ``execute`` one after another saved up to twice each one's
+  cost alone).
+
+Each figure is CPU time per call (``time.process_time``, so the runner thread's share
+counts), the median of ``--rounds`` rounds of ``--calls`` calls after a warm-up, on
+its own Redis database (flushed at start and end). CPU per call, not wall time: on a
+saturated machine throughput follows CPU (README, "The targets not met").
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import os
+import socket
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from bench.config import NOOP_TOOL, BenchConfig
+from bench.stack import DatabasesInUse, owning, redis_server
+
+#: The parts, in the order ``execute`` runs them, and what each is.
+PARTS: tuple[tuple[str, str], ...] = (
+    ("begin", "the ledger's begin: the attempt's record (one script)"),
+    ("validate", "the tool's argument validation (pydantic)"),
+    ("context", "the call's CallContext"),
+    ("runner", "the runner thread's handoff (the tool's timeout)"),
+    ("finish", "the ledger's finish: the saved result (one script)"),
+    ("metrics", "the call's counter and duration histogram"),
+    ("log_line", "the call's INFO line (JSON)"),
+)
+#: The whole bodies, and a Redis round trip three ways: through the client (as every script
+#: goes), on a connection held out of its pool, and on a bare socket.
+WHOLE = ("execute", "floor_call", "redis_ping", "redis_ping_held", "redis_ping_socket")
+
+
+@dataclass(frozen=True)
+class AnatomyConfig:
+    """What one anatomy run measures on."""
+
+    bench: BenchConfig = field(default_factory=BenchConfig)
+    calls: int = 2000
+    rounds: int = 5
+    warm_up: int = 300
+
+
+def per_call(fn: Callable[[], object], config: AnatomyConfig) -> dict[str, Any]:
+    """Microseconds of CPU per call of ``fn``: the median round, and every round."""
+    for _ in range(config.warm_up):
+        fn()
+    rounds = []
+    for _ in range(config.rounds):
+        started = time.process_time()
+        for _ in range(config.calls):
+            fn()
+        rounds.append((time.process_time() - started) / config.calls * 1e6)
+    return {"us": statistics.median(rounds), "rounds": rounds}
+
+
+@contextmanager
+def ledger_database(config: BenchConfig) -> Iterator[str]:
+    """The URL of the emptied ledger database, owned as the bench owns it, emptied after.
+
+    Raises:
+        DatabasesInUse: a bench is measuring on that database.
+    """
+    with redis_server(config) as base:
+        url = f"{base}/{config.ledger_db}"
+        client = redis.Redis.from_url(url)
+        with owning(redis.Redis.from_url(url), str(config.ledger_db), client.flushdb):
+            try:
+                yield url
+            finally:
+                client.flushdb()
+                client.close()
+
+
+def use_ledger(url: str) -> None:
+    """Point this process's toolfan at ``url`` with the bench's tools, before it loads.
+
+    Raises:
+        RuntimeError: toolfan's engine is loaded already, with other settings.
+    """
+    if "tasks.settings" in sys.modules:
+        raise RuntimeError("the anatomy must run in its own process (tasks is loaded)")
+    for key in [k for k in os.environ if k.startswith("TOOLFAN_")]:
+        del os.environ[key]
+    os.environ.update(TOOLFAN_REDIS_URL=url, TOOLFAN_HANDLERS="bench.tools")
+
+
+def json_logging() -> None:
+    """A worker's logging, JSON lines at INFO, written to ``/dev/null``."""
+    from tasks.logs import structured
+
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    root.addHandler(logging.StreamHandler(io.TextIOWrapper(open(os.devnull, "wb"))))  # noqa: SIM115
+    structured(root, 2000)
+
+
+def measure(config: AnatomyConfig) -> dict[str, dict[str, Any]]:
+    """Every whole body and every part, CPU microseconds per call."""
+    from bench import tools
+    from handlers.result import CallResult
+    from handlers.threads import RUNNERS
+    from tasks import execute as ex
+    from tasks import metrics
+    from tasks.context import context_of
+    from tasks.envelope import Envelope
+    from tasks.ledger import CallRef
+    from tasks.runtime import get_ledger
+    from tasks.settings import load_registry
+
+    json_logging()
+    ledger, registry = get_ledger("agents"), load_registry()
+    tool = registry.get(NOOP_TOOL)
+    assert tool is not None, f"{NOOP_TOOL} is not registered"
+    batch, counter = f"anatomy_{uuid.uuid4().hex}", iter(range(10**9))
+    envelope = Envelope("agents", batch, "call", NOOP_TOOL, "{}", "turn")
+    result, line = CallResult.ok(tools.OUTPUT), logging.getLogger("toolfan.execute")
+    fields = {"source": "agents", "session_id": batch, "call_id": "call", "function": NOOP_TOOL}
+
+    def call() -> None:
+        wire = Envelope("agents", batch, f"e{next(counter)}", NOOP_TOOL, "{}", "turn").to_wire()
+        ex.execute.run(call=wire)
+
+    def ref() -> CallRef:
+        return CallRef(batch, "turn", f"p{next(counter)}")
+
+    def measured() -> None:
+        metrics.CALLS.labels(NOOP_TOOL, "success").inc()
+        metrics.CALL_DURATION.labels(NOOP_TOOL).observe(0.0001)
+
+    bodies: dict[str, Callable[[], object]] = {
+        "execute": call,
+        "floor_call": lambda: tools.floor_call.run(batch, "floor", f"f{next(counter)}"),
+        "redis_ping": ledger.client.ping,
+        "begin": lambda: ledger.begin(ref(), NOOP_TOOL, "anatomy"),
+        "validate": lambda: tool.parse("{}"),
+        "context": lambda: context_of(envelope, 1),
+        "runner": lambda: RUNNERS.run(tools.bench_noop, tool.timeout),
+        "finish": lambda: ledger.finish(ref(), result),
+        "metrics": measured,
+        "log_line": lambda: line.info("%s call %s", batch, "success", extra=fields),
+    }
+    with round_trips(ledger.client) as pings:
+        bodies.update(pings)
+        return {name: per_call(fn, config) for name, fn in bodies.items()}
+
+
+@contextmanager
+def round_trips(client: redis.Redis) -> Iterator[dict[str, Callable[[], object]]]:
+    """A ``PING`` on a connection held out of ``client``'s pool, and on a bare socket.
+
+    What the client's own work per command is: its pool's checkout and return, and its
+    command wrapper, against the wire's round trip.
+    """
+    pool = client.connection_pool
+    held = pool.get_connection()
+    kwargs = pool.connection_kwargs
+    bare = socket.create_connection((kwargs.get("host", "localhost"), kwargs.get("port", 6379)))
+
+    def on_held() -> None:
+        held.send_command("PING")  # type: ignore[no-untyped-call]
+        held.read_response()
+
+    def on_socket() -> None:
+        bare.sendall(b"*1\r\n$4\r\nPING\r\n")
+        if bare.recv(64) != b"+PONG\r\n":
+            raise RuntimeError("the bare socket's PING got another answer")
+
+    try:
+        yield {"redis_ping_held": on_held, "redis_ping_socket": on_socket}
+    finally:
+        bare.close()
+        pool.release(held)
+
+
+def document(config: AnatomyConfig, figures: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The JSON: every figure, the parts' sum, and what the parts leave unexplained."""
+    body = figures["execute"]["us"]
+    parts = sum(figures[name]["us"] for name, _ in PARTS)
+    return {
+        "calls_per_round": config.calls,
+        "rounds": config.rounds,
+        "figures": figures,
+        "parts_us": parts,
+        "rest_us": body - parts,
+        "execute_vs_floor_call": body / figures["floor_call"]["us"],
+    }
+
+
+def lines(doc: dict[str, Any]) -> list[str]:
+    """The printed table: each part's microseconds and share of the execute body."""
+    figures, body = doc["figures"], doc["figures"]["execute"]["us"]
+    out = [
+        f"one no-op call, CPU per call (median of {doc['rounds']} x {doc['calls_per_round']}):",
+        f"  execute body      {body:7.1f} us  (the floor's call {figures['floor_call']['us']:.1f}"
+        f" us: {doc['execute_vs_floor_call']:.2f}x)",
+        f"  a Redis PING      {figures['redis_ping']['us']:7.1f} us  through the client "
+        f"({figures['redis_ping_held']['us']:.1f} us on a held connection, "
+        f"{figures['redis_ping_socket']['us']:.1f} us on a bare socket)",
+    ]
+    for name, what in PARTS:
+        us = figures[name]["us"]
+        out.append(f"  {name:16s}  {us:7.1f} us  {us / body:5.1%}  {what}")
+    rest = doc["rest_us"]
+    out.append(
+        f"  {'the rest':16s}  {rest:7.1f} us  {rest / body:5.1%}  envelope, ids, glue, and the "
+        "parts' extra cost inside the whole"
+    )
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The anatomy's options."""
+    defaults, bench = AnatomyConfig(), BenchConfig()
+    p = argparse.ArgumentParser(
+        prog="python -m bench anatomy",
+        description="CPU per call of toolfan's execute body for one no-op call, part by part, "
+        "against the floor's call, in this process on one Redis database (flushed at start "
+        "and end). Writes anatomy.json and anatomy.txt to --out.",
+    )
+    p.add_argument("--calls", type=int, default=defaults.calls, help="calls per round (2,000)")
+    p.add_argument("--rounds", type=int, default=defaults.rounds, help="rounds (5; the median)")
+    p.add_argument("--out", default=str(bench.out), help=f"output directory ({bench.out})")
+    p.add_argument("--redis-url", default=None, help="Redis server (default: TOOLFAN_REDIS_URL's)")
+    p.add_argument("--private-redis", action="store_true", help="start a private redis-server")
+    p.add_argument("--ledger-db", type=int, default=bench.ledger_db, help="database (5)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the options, measure, and write ``anatomy.json`` and ``anatomy.txt``."""
+    args = build_parser().parse_args(argv)
+    if args.calls < 1 or args.rounds < 1:
+        print("python -m bench anatomy: --calls and --rounds must be positive", file=sys.stderr)
+        return 2
+    bench = BenchConfig(
+        out=Path(args.out),
+        redis_url=args.redis_url,
+        private_redis=args.private_redis,
+        ledger_db=args.ledger_db,
+    )
+    config = AnatomyConfig(bench=bench, calls=args.calls, rounds=args.rounds)
+    try:
+        with ledger_database(bench) as url:
+            use_ledger(url)
+            doc = document(config, measure(config))
+    except DatabasesInUse as exc:
+        print(f"python -m bench anatomy: {exc}", file=sys.stderr)
+        return 2
+    bench.out.mkdir(parents=True, exist_ok=True)
+    (bench.out / "anatomy.json").write_text(json.dumps(doc, indent=2) + "\n")
+    text = lines(doc)
+    (bench.out / "anatomy.txt").write_text("\n".join(text) + "\n")
+    print("\n".join(text), flush=True)
+    return 0

@@ -26,7 +26,6 @@ saturated machine throughput follows CPU (README, "The targets not met").
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import logging
 import os
@@ -93,13 +92,12 @@ def ledger_database(config: BenchConfig) -> Iterator[str]:
     """
     with redis_server(config) as base:
         url = f"{base}/{config.ledger_db}"
-        client = redis.Redis.from_url(url)
-        with owning(redis.Redis.from_url(url), str(config.ledger_db), client.flushdb):
+        client = redis.Redis.from_url(url)  # closed by owning, refused or not
+        with owning(client, str(config.ledger_db), client.flushdb):
             try:
                 yield url
             finally:
                 client.flushdb()
-                client.close()
 
 
 def use_ledger(url: str) -> None:
@@ -121,7 +119,7 @@ def json_logging() -> None:
 
     root = logging.getLogger()
     root.setLevel(logging.INFO)
-    root.addHandler(logging.StreamHandler(io.TextIOWrapper(open(os.devnull, "wb"))))  # noqa: SIM115
+    root.addHandler(logging.StreamHandler(open(os.devnull, "w")))  # noqa: SIM115
     structured(root, 2000)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from datetime import UTC, datetime
 from typing import Any
@@ -26,13 +27,27 @@ from handlers.text import clip
 _SKIPPED = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName", "data"}
 
 
+#: The encoder of every JSON line: one, since ``json.dumps`` with options builds a new one
+#: per call.
+_ENCODER = json.JSONEncoder(default=str, ensure_ascii=False)
+
+
 class JSONFormatter(logging.Formatter):
-    """Format records as JSON lines: time, level, logger, message, then the extras."""
+    """Format records as JSON lines: time, level, logger, message, then the extras.
+
+    A worker writes one line per call, so the line's cost is on every call's path: the
+    timestamp's date and time are built once per second (only the milliseconds change
+    within it), and one encoder serves every line.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._second: tuple[int, str] = (-1, "")
 
     def format(self, record: logging.LogRecord) -> str:
         """One JSON object, on one line."""
         data: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "ts": self._timestamp(record.created),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
@@ -40,7 +55,19 @@ class JSONFormatter(logging.Formatter):
         data.update((k, v) for k, v in vars(record).items() if k not in _SKIPPED)
         if record.exc_info:
             data["exception"] = record.exc_text or self.formatException(record.exc_info)
-        return json.dumps(data, default=str, ensure_ascii=False)
+        return _ENCODER.encode(data)
+
+    def _timestamp(self, created: float) -> str:
+        """ISO 8601 in UTC to the millisecond, as ``isoformat(timespec="milliseconds")``."""
+        second = math.floor(created)
+        micros = round((created - second) * 1e6)  # datetime's rounding, half to even
+        if micros >= 1_000_000:
+            second, micros = second + 1, 0
+        cached, text = self._second
+        if second != cached:
+            text = datetime.fromtimestamp(second, UTC).isoformat()[:19]
+            self._second = (second, text)  # one assignment: threads see either pair whole
+        return f"{text}.{micros // 1000:03d}+00:00"
 
 
 #: A traceback may take this many fields' worth of characters: its frames matter.

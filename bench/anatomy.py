@@ -45,6 +45,9 @@ import redis
 from bench.config import NOOP_TOOL, BenchConfig
 from bench.stack import DatabasesInUse, owning, redis_server
 
+#: Turns one part of ``execute`` on (True) or off (False) in this process.
+Switch = Callable[[bool], None]
+
 #: The parts, in the order ``execute`` runs them, and what each is.
 PARTS: tuple[tuple[str, str], ...] = (
     ("begin", "the ledger's begin: the attempt's record (one script)"),
@@ -68,19 +71,49 @@ class AnatomyConfig:
     calls: int = 2000
     rounds: int = 5
     warm_up: int = 300
+    #: Calls per round, and pairs of rounds, of the parts weighed inside the whole.
+    inside_calls: int = 1000
+    inside_pairs: int = 6
 
 
 def per_call(fn: Callable[[], object], config: AnatomyConfig) -> dict[str, Any]:
     """Microseconds of CPU per call of ``fn``: the median round, and every round."""
     for _ in range(config.warm_up):
         fn()
-    rounds = []
-    for _ in range(config.rounds):
-        started = time.process_time()
-        for _ in range(config.calls):
-            fn()
-        rounds.append((time.process_time() - started) / config.calls * 1e6)
+    rounds = [_round(fn, config.calls) for _ in range(config.rounds)]
     return {"us": statistics.median(rounds), "rounds": rounds}
+
+
+def _round(fn: Callable[[], object], calls: int) -> float:
+    """Microseconds of CPU per call of ``fn`` over ``calls`` calls."""
+    started = time.process_time()
+    for _ in range(calls):
+        fn()
+    return (time.process_time() - started) / calls * 1e6
+
+
+def inside(fn: Callable[[], object], switch: Switch, config: AnatomyConfig) -> dict[str, Any]:
+    """What a part costs inside the whole: ``fn`` with the part against ``fn`` without it.
+
+    Rounds alternate, with and without, in pairs whose order flips each time, so a machine
+    that speeds up or slows down weighs on both sides alike; the figure is the median of the
+    pairs' differences. The part is always switched back on.
+    """
+    differences, kept, dropped = [], [], []
+    try:
+        for pair in range(config.inside_pairs):
+            sides: dict[bool, float] = {}
+            for on in (True, False) if pair % 2 else (False, True):
+                switch(on)
+                for _ in range(config.inside_calls // 10):  # settle after the switch
+                    fn()
+                sides[on] = _round(fn, config.inside_calls)
+            kept.append(sides[True])
+            dropped.append(sides[False])
+            differences.append(sides[True] - sides[False])
+    finally:
+        switch(True)
+    return {"us": statistics.median(differences), "with": kept, "without": dropped}
 
 
 @contextmanager
@@ -123,8 +156,11 @@ def json_logging() -> None:
     structured(root, 2000)
 
 
-def measure(config: AnatomyConfig) -> dict[str, dict[str, Any]]:
-    """Every whole body and every part, CPU microseconds per call."""
+def measure(config: AnatomyConfig) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Every whole body and every part alone; then every part inside the whole.
+
+    CPU microseconds per call, the second set as :func:`inside` weighs it.
+    """
     from bench import tools
     from handlers.result import CallResult
     from handlers.threads import RUNNERS
@@ -170,7 +206,65 @@ def measure(config: AnatomyConfig) -> dict[str, dict[str, Any]]:
     }
     with round_trips(ledger.client) as pings:
         bodies.update(pings)
-        return {name: per_call(fn, config) for name, fn in bodies.items()}
+        figures = {name: per_call(fn, config) for name, fn in bodies.items()}
+    off = switches(ledger, tool, envelope)
+    return figures, {name: inside(call, off[name], config) for name, _ in PARTS}
+
+
+class _Unmeasured:
+    """Metrics that count nothing: ``execute``'s metrics switched off."""
+
+    def labels(self, *values: str) -> _Unmeasured:
+        return self
+
+    def inc(self) -> None:
+        """Counts nothing."""
+
+    def observe(self, value: float) -> None:
+        """Records nothing."""
+
+
+class _NoMetrics:
+    """Stands in for ``tasks.metrics`` in ``execute`` while its metrics are off."""
+
+    CALLS = CALL_DURATION = _Unmeasured()
+
+    @staticmethod
+    def function_label(name: str, known: bool) -> str:
+        return name
+
+
+def switches(ledger: Any, tool: Any, envelope: Any) -> dict[str, Switch]:
+    """Each part of ``execute`` that can be switched off in this process, by name.
+
+    Off, a part is replaced by what it would have given a no-op call: a first attempt, the
+    parsed empty arguments, the call's context, the tool called on this thread, the result
+    not saved, metrics that count nothing, and no log line (its logger at WARNING).
+    """
+    from handlers import runner
+    from handlers.context import within
+    from tasks import execute as ex
+    from tasks.context import context_of
+    from tasks.ledger import Begin
+
+    parsed = runner.parse_arguments(tool, "{}", {})
+    ctx = context_of(envelope, 1)
+    line = logging.getLogger("toolfan.execute")
+    level = line.level
+
+    def swap(owner: object, name: str, stand_in: object) -> Switch:
+        real = getattr(owner, name)
+        return lambda on: setattr(owner, name, real if on else stand_in)
+
+    return {
+        "begin": swap(ledger, "begin", lambda ref, name, worker="": Begin(None, 1)),
+        "validate": swap(ex, "parse_arguments", lambda *args: parsed),
+        "context": swap(ex, "context_of", lambda envelope, attempt: ctx),
+        "runner": swap(runner, "_with_timeout", lambda call, t, a, c=None: within(c, call)),
+        "finish": swap(ledger, "finish", lambda ref, result: result),
+        "metrics": swap(ex, "metrics", _NoMetrics()),
+        "log_line": lambda on: line.setLevel(level if on else logging.WARNING),
+    }
 
 
 @contextmanager
@@ -201,10 +295,15 @@ def round_trips(client: redis.Redis) -> Iterator[dict[str, Callable[[], object]]
         pool.release(held)
 
 
-def document(config: AnatomyConfig, figures: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The JSON: every figure, the parts' sum, and what the parts leave unexplained."""
+def document(
+    config: AnatomyConfig,
+    figures: dict[str, dict[str, Any]],
+    within: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """The JSON: every figure, the parts' sums alone and inside, and what they leave."""
     body = figures["execute"]["us"]
     parts = sum(figures[name]["us"] for name, _ in PARTS)
+    inside_sum = sum(within[name]["us"] for name, _ in PARTS)
     return {
         "calls_per_round": config.calls,
         "rounds": config.rounds,
@@ -212,27 +311,36 @@ def document(config: AnatomyConfig, figures: dict[str, dict[str, Any]]) -> dict[
         "parts_us": parts,
         "rest_us": body - parts,
         "execute_vs_floor_call": body / figures["floor_call"]["us"],
+        "inside_calls_per_round": config.inside_calls,
+        "inside_pairs": config.inside_pairs,
+        "inside": within,
+        "inside_parts_us": inside_sum,
+        "inside_rest_us": body - inside_sum,
     }
 
 
 def lines(doc: dict[str, Any]) -> list[str]:
-    """The printed table: each part's microseconds and share of the execute body."""
+    """The printed table: each part's microseconds, alone and inside, and share of the body."""
     figures, body = doc["figures"], doc["figures"]["execute"]["us"]
+    inside_ = doc["inside"]
     out = [
-        f"one no-op call, CPU per call (median of {doc['rounds']} x {doc['calls_per_round']}):",
+        f"one no-op call, CPU per call (alone: median of {doc['rounds']} x "
+        f"{doc['calls_per_round']}; inside: the body with against without the part, median "
+        f"of {doc['inside_pairs']} pairs of {doc['inside_calls_per_round']}):",
         f"  execute body      {body:7.1f} us  (the floor's call {figures['floor_call']['us']:.1f}"
         f" us: {doc['execute_vs_floor_call']:.2f}x)",
         f"  a Redis PING      {figures['redis_ping']['us']:7.1f} us  through the client "
         f"({figures['redis_ping_held']['us']:.1f} us on a held connection, "
         f"{figures['redis_ping_socket']['us']:.1f} us on a bare socket)",
+        f"  {'part':16s}  {'alone':>7s}     {'inside':>7s}     share  what",
     ]
     for name, what in PARTS:
-        us = figures[name]["us"]
-        out.append(f"  {name:16s}  {us:7.1f} us  {us / body:5.1%}  {what}")
-    rest = doc["rest_us"]
+        us, within = figures[name]["us"], inside_[name]["us"]
+        out.append(f"  {name:16s}  {us:7.1f} us  {within:7.1f} us  {within / body:5.1%}  {what}")
+    rest, rest_inside = doc["rest_us"], doc["inside_rest_us"]
     out.append(
-        f"  {'the rest':16s}  {rest:7.1f} us  {rest / body:5.1%}  envelope, ids, glue, and the "
-        "parts' extra cost inside the whole"
+        f"  {'the rest':16s}  {rest:7.1f} us  {rest_inside:7.1f} us  {rest_inside / body:5.1%}"
+        "  envelope, ids, glue (alone: and the parts' extra cost inside the whole)"
     )
     return out
 
@@ -248,6 +356,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--calls", type=int, default=defaults.calls, help="calls per round (2,000)")
     p.add_argument("--rounds", type=int, default=defaults.rounds, help="rounds (5; the median)")
+    p.add_argument(
+        "--inside-calls",
+        type=int,
+        default=defaults.inside_calls,
+        help="calls per round of a part weighed inside the whole (1,000)",
+    )
+    p.add_argument(
+        "--inside-pairs",
+        type=int,
+        default=defaults.inside_pairs,
+        help="pairs of rounds, with and without the part (6; the median difference)",
+    )
     p.add_argument("--out", default=str(bench.out), help=f"output directory ({bench.out})")
     p.add_argument("--redis-url", default=None, help="Redis server (default: TOOLFAN_REDIS_URL's)")
     p.add_argument("--private-redis", action="store_true", help="start a private redis-server")
@@ -258,8 +378,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the options, measure, and write ``anatomy.json`` and ``anatomy.txt``."""
     args = build_parser().parse_args(argv)
-    if args.calls < 1 or args.rounds < 1:
-        print("python -m bench anatomy: --calls and --rounds must be positive", file=sys.stderr)
+    if min(args.calls, args.rounds, args.inside_calls, args.inside_pairs) < 1:
+        print(
+            "python -m bench anatomy: --calls, --rounds, --inside-calls and --inside-pairs "
+            "must be positive",
+            file=sys.stderr,
+        )
         return 2
     bench = BenchConfig(
         out=Path(args.out),
@@ -267,11 +391,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         private_redis=args.private_redis,
         ledger_db=args.ledger_db,
     )
-    config = AnatomyConfig(bench=bench, calls=args.calls, rounds=args.rounds)
+    config = AnatomyConfig(
+        bench=bench,
+        calls=args.calls,
+        rounds=args.rounds,
+        inside_calls=args.inside_calls,
+        inside_pairs=args.inside_pairs,
+    )
     try:
         with ledger_database(bench) as url:
             use_ledger(url)
-            doc = document(config, measure(config))
+            doc = document(config, *measure(config))
     except DatabasesInUse as exc:
         print(f"python -m bench anatomy: {exc}", file=sys.stderr)
         return 2

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import math
+import statistics
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,8 @@ def _url(client: redis.Redis) -> str:
 @pytest.fixture(scope="module")
 def anatomy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("anatomy")
-    ran = run_bench(["anatomy", "--calls", "50", "--rounds", "2"], out, "anatomy.json", 120)
+    sizes = ["--calls", "50", "--rounds", "2", "--inside-calls", "20", "--inside-pairs", "2"]
+    ran = run_bench(["anatomy", *sizes], out, "anatomy.json", 120)
     return {**ran, "text": (out / "anatomy.txt").read_text()}
 
 
@@ -50,6 +54,64 @@ def test_every_part_and_body_is_weighed_and_the_rest_is_what_they_leave(
     for name, _ in PARTS:
         assert f"  {name} " in anatomy["text"], name
     assert "execute body" in anatomy["text"]
+
+
+@pytest.mark.timeout(130)
+def test_every_part_is_weighed_inside_the_whole_too(anatomy: dict[str, Any]) -> None:
+    doc = anatomy["json"]
+    inside = doc["inside"]
+    assert set(inside) == {name for name, _ in PARTS}
+    for name, figure in inside.items():
+        assert len(figure["with"]) == len(figure["without"]) == 2, name
+        assert all(v > 0 for v in figure["with"] + figure["without"]), name
+        differences = [a - b for a, b in zip(figure["with"], figure["without"], strict=True)]
+        assert figure["us"] == pytest.approx(statistics.median(differences)), name
+    assert doc["inside_parts_us"] == pytest.approx(sum(f["us"] for f in inside.values()))
+    body = doc["figures"]["execute"]["us"]
+    assert doc["inside_rest_us"] == pytest.approx(body - doc["inside_parts_us"])
+    assert "inside" in anatomy["text"]
+
+
+def test_each_switch_takes_its_part_out_of_execute_and_puts_it_back(
+    redis_client: redis.Redis,
+) -> None:
+    from bench.anatomy import switches
+    from bench.tools import bench_noop
+    from handlers import runner
+    from handlers.result import CallResult
+    from tasks import execute, metrics
+    from tasks.envelope import Envelope
+    from tasks.ledger import CallRef, Ledger
+
+    ledger = Ledger(redis_client, ttl=60, source="agents")
+    envelope = Envelope("agents", "sess_1", "call_1", bench_noop.name, "{}", "turn_1")
+    ref, line = CallRef("sess_1", "turn_1", "call_1"), logging.getLogger("toolfan.execute")
+    real = (runner._with_timeout, execute.parse_arguments, execute.context_of, line.level)
+    off = switches(ledger, bench_noop, envelope)
+    assert set(off) == {name for name, _ in PARTS}
+    for switch in off.values():
+        switch(False)
+    try:
+        begun, result = ledger.begin(ref, bench_noop.name), CallResult.ok("x")
+        assert (begun.saved, begun.attempts) == (None, 1)
+        assert ledger.finish(ref, result) is result
+        assert redis_client.dbsize() == 0  # neither script ran
+        assert runner._with_timeout(threading.current_thread, 1.0, False) is (
+            threading.current_thread()
+        )
+        assert execute.parse_arguments(bench_noop, "not even JSON", {}) is (
+            execute.parse_arguments(bench_noop, "{}", {})
+        )
+        assert execute.context_of(envelope, 3).attempt == 1
+        assert execute.metrics is not metrics
+        assert not line.isEnabledFor(logging.INFO)
+    finally:
+        for switch in off.values():
+            switch(True)
+    assert (runner._with_timeout, execute.parse_arguments, execute.context_of, line.level) == real
+    assert execute.metrics is metrics
+    assert ledger.begin(ref, bench_noop.name).attempts == 1
+    assert redis_client.dbsize() == 1  # the real begin wrote the call's record
 
 
 @pytest.mark.timeout(60)

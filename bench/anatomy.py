@@ -12,10 +12,13 @@ the engine runs it:
 * the argument validation, the call's context, the runner thread that holds the timeout,
   the metrics and the log line per call (JSON, toolfan's default format, to ``/dev/null``:
   the write to a real log costs more);
-* what is left: the envelope, the ids, the result and the glue between the parts, and
-  what the parts cost more inside the whole than alone (a part measured alone runs hot;
-  switching parts off inside ``execute`` one after another saved up to twice each one's
-  cost alone).
+* what is left: the envelope, the ids, the result and the glue between the parts.
+
+A part measured alone runs hot, and costs more inside the whole: so each part is weighed
+a second time *inside*, as what ``execute`` costs with it against without it (switched off
+in this process: see :func:`switches`), the median difference of ``--inside-pairs`` pairs
+of rounds of ``--inside-calls`` calls. Those figures do not add up to the body either:
+taking one part out also spares the others some of its cache misses.
 
 Each figure is CPU time per call (``time.process_time``, so the runner thread's share
 counts), the median of ``--rounds`` rounds of ``--calls`` calls after a warm-up, on

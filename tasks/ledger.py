@@ -25,7 +25,7 @@ from handlers.errors import ToolfanError
 from handlers.result import CallResult
 from handlers.text import scrub
 from tasks import keys, metrics
-from tasks.lua import LuaScript
+from tasks.lua import LuaScript, ScriptConnections, script_connections
 from tasks.scripts import (
     BEGIN,
     CLAIM,
@@ -170,24 +170,32 @@ class Ledger:
     """Call records and batch claims of one source in Redis."""
 
     def __init__(
-        self, client: redis.Redis, ttl: int, source: str, batches_end: bool = False
+        self,
+        client: redis.Redis,
+        ttl: int,
+        source: str,
+        batches_end: bool = False,
+        scripts: ScriptConnections | None = None,
     ) -> None:
+        """A ledger on ``client``; ``scripts``, that client's kept connections, if shared."""
         self.client = client
         self.ttl = ttl
         self.source = source
         #: Whether this source's batches can end unanswered (then ``begin`` checks).
         self.batches_end = batches_end
-        self._begin = LuaScript(client, BEGIN)
-        self._park = LuaScript(client, PARK)
-        self._extend = LuaScript(client, EXTEND)
-        self._finish = LuaScript(client, FINISH)
-        self._submitted = LuaScript(client, MARK_SUBMITTED)
-        self._claim = LuaScript(client, CLAIM)
-        self._release = LuaScript(client, RELEASE)
-        self._reclaim = LuaScript(client, RECLAIM)
-        self._takeover = LuaScript(client, TAKEOVER)
-        self._replace = LuaScript(client, REPLACE)
-        self._reopen = LuaScript(client, REOPEN)
+        scripts = scripts or script_connections(client)
+        self._scripts = scripts
+        self._begin = LuaScript(client, BEGIN, scripts)
+        self._park = LuaScript(client, PARK, scripts)
+        self._extend = LuaScript(client, EXTEND, scripts)
+        self._finish = LuaScript(client, FINISH, scripts)
+        self._submitted = LuaScript(client, MARK_SUBMITTED, scripts)
+        self._claim = LuaScript(client, CLAIM, scripts)
+        self._release = LuaScript(client, RELEASE, scripts)
+        self._reclaim = LuaScript(client, RECLAIM, scripts)
+        self._takeover = LuaScript(client, TAKEOVER, scripts)
+        self._replace = LuaScript(client, REPLACE, scripts)
+        self._reopen = LuaScript(client, REOPEN, scripts)
 
     @classmethod
     def from_url(cls, url: str, ttl: int, source: str) -> Ledger:
@@ -198,7 +206,7 @@ class Ledger:
         """The same Redis and settings, for another source's batches."""
         if source == self.source and batches_end == self.batches_end:
             return self
-        return Ledger(self.client, self.ttl, source, batches_end)
+        return Ledger(self.client, self.ttl, source, batches_end, self._scripts)
 
     def key(self, ref: CallRef) -> str:
         """The key of a call's record."""

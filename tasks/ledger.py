@@ -183,7 +183,8 @@ class Ledger:
         self.source = source
         #: Whether this source's batches can end unanswered (then ``begin`` checks).
         self.batches_end = batches_end
-        scripts = scripts or script_connections(client)
+        if scripts is None:
+            scripts = script_connections(client)
         self._scripts = scripts
         self._begin = LuaScript(client, BEGIN, scripts)
         self._park = LuaScript(client, PARK, scripts)

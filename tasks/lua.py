@@ -64,12 +64,16 @@ class ScriptConnections:
     connections go back to the pool.
     """
 
-    __slots__ = ("__weakref__", "_idle", "_pid", "_pool")
+    __slots__ = ("__weakref__", "_idle", "_pid", "_pool", "_ready")
 
     def __init__(self, client: redis.Redis) -> None:
         self._pool = client.connection_pool
         self._idle: list[Connection] = []
         self._pid = os.getpid()
+        #: The pool's check of a connection before use; redis-py before 8 had it inline only.
+        self._ready: Callable[[Connection], None] = (
+            getattr(self._pool, "ensure_connection", None) or ready_as_before
+        )
         weakref.finalize(self, _give_back, self._pool, self._idle)
 
     def run(self, *command: Any) -> Any:
@@ -98,7 +102,7 @@ class ScriptConnections:
             fresh: Connection = self._pool.get_connection()  # connected and checked
             return fresh
         try:
-            _ready(self._pool, conn)
+            self._ready(conn)
         except BaseException:
             self._idle.append(conn)  # disconnected; the next take tries it again
             raise
@@ -146,17 +150,13 @@ def _should_reconnect(conn: Connection) -> bool:
     return bool(should and should())
 
 
-def _ready(pool: Any, conn: Connection) -> None:
-    """Make ``conn`` fit to send a command, as the pool does for one it hands out.
+def ready_as_before(conn: Connection) -> None:
+    """Make ``conn`` fit to send a command, as redis-py's ``get_connection`` did before 8.
 
     A connection the server closed, or one left with a reply unread (an exception between
     a send and its read), reads as readable: it is connected again.
     """
-    ensure: Callable[[Connection], None] | None = getattr(pool, "ensure_connection", None)
-    if ensure is not None:
-        ensure(conn)
-        return
-    conn.connect()  # redis-py before ensure_connection: what its get_connection did
+    conn.connect()
     try:
         if conn.can_read():
             raise RedisConnectionError("Connection has data")

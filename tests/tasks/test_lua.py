@@ -16,12 +16,10 @@ from typing import Any
 
 import pytest
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from handlers.result import CallResult
 from tasks.ledger import CallRef, Ledger, LedgerError
-from tasks.lua import ScriptConnections, script_connections
+from tasks.lua import ScriptConnections, ready_as_before, script_connections
 
 
 def _ref() -> CallRef:
@@ -55,8 +53,21 @@ def test_a_warm_ledger_takes_no_connection_from_the_pool(redis_client, monkeypat
     assert taken == []
 
 
-def test_a_connection_the_server_closed_is_connected_again(redis_client) -> None:
-    ledger, r = Ledger(redis_client, ttl=60, source="agents"), _ref()
+#: The check before a kept connection is used: the pool's ``ensure_connection`` (redis-py 8),
+#: or what ``get_connection`` did inline before it (5.3 to 7), which ``ready_as_before`` does.
+CHECKS = pytest.mark.parametrize("before_8", [False, True], ids=["redis-py 8", "before 8"])
+
+
+def _checked_ledger(client: redis.Redis, before_8: bool) -> Ledger:
+    ledger = Ledger(client, ttl=60, source="agents")
+    if before_8:
+        _kept(ledger)._ready = ready_as_before
+    return ledger
+
+
+@CHECKS
+def test_a_connection_the_server_closed_is_connected_again(redis_client, before_8) -> None:
+    ledger, r = _checked_ledger(redis_client, before_8), _ref()
     assert ledger.begin(r, "add").attempts == 1
     conn = _kept(ledger)._idle[-1]
     killer = redis.Redis.from_url(os.environ["TOOLFAN_REDIS_URL"])
@@ -67,8 +78,9 @@ def test_a_connection_the_server_closed_is_connected_again(redis_client) -> None
     assert ledger.begin(r, "add").attempts == 2  # the client has no retries: no error either
 
 
-def test_a_reply_that_arrived_unread_is_never_read_as_the_next_one(redis_client) -> None:
-    ledger, r = Ledger(redis_client, ttl=60, source="agents"), _ref()
+@CHECKS
+def test_a_reply_that_arrived_unread_is_never_read_as_the_next_one(redis_client, before_8) -> None:
+    ledger, r = _checked_ledger(redis_client, before_8), _ref()
     ledger.begin(r, "add")
     conn = _kept(ledger)._idle[-1]
     conn.send_command("PING")  # left unread, as if interrupted between a send and its read
@@ -168,7 +180,7 @@ def test_a_client_on_a_connection_of_its_own_keeps_the_clients_path() -> None:
 
 
 def test_an_unreachable_redis_is_still_a_ledger_error_and_the_next_try_connects() -> None:
-    refused = redis.Redis(port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    refused = redis.Redis.from_url("redis://127.0.0.1:1/0")  # the ledger's client, as it is made
     dead = Ledger(refused, ttl=60, source="agents")
     for _ in range(2):
         with pytest.raises(LedgerError, match="ledger unavailable"):

@@ -45,7 +45,8 @@ from typing import Any
 
 import redis
 
-from bench.config import NOOP_TOOL, BenchConfig
+from bench.anatomy_threads import ThreadsConfig, measure_threads
+from bench.config import IO_TOOL, NOOP_TOOL, BenchConfig
 from bench.stack import DatabasesInUse, owning, redis_server
 
 #: Turns one part of ``execute`` on (True) or off (False) in this process.
@@ -77,6 +78,10 @@ class AnatomyConfig:
     #: Calls per round, and pairs of rounds, of the parts weighed inside the whole.
     inside_calls: int = 1000
     inside_pairs: int = 6
+    #: Threads calling at once for the threads pool's figures (0: not weighed), and the
+    #: tool they call (``io``: the I/O workload's 50 ms tool; ``noop``).
+    threads: ThreadsConfig | None = None
+    threads_tool: str = "io"
 
 
 def per_call(fn: Callable[[], object], config: AnatomyConfig) -> dict[str, Any]:
@@ -159,10 +164,15 @@ def json_logging() -> None:
     structured(root, 2000)
 
 
-def measure(config: AnatomyConfig) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+Figures = dict[str, dict[str, Any]]
+
+
+def measure(config: AnatomyConfig) -> tuple[Figures, Figures, dict[str, Any] | None]:
     """Every whole body and every part alone; then every part inside the whole.
 
-    CPU microseconds per call, the second set as :func:`inside` weighs it.
+    CPU microseconds per call, the second set as :func:`inside` weighs it; the third, with
+    ``config.threads``, each part inside the whole with that many threads calling at once
+    (:mod:`bench.anatomy_threads`), or None.
     """
     from bench import tools
     from handlers.result import CallResult
@@ -211,7 +221,34 @@ def measure(config: AnatomyConfig) -> tuple[dict[str, dict[str, Any]], dict[str,
         bodies.update(pings)
         figures = {name: per_call(fn, config) for name, fn in bodies.items()}
     off = switches(ledger, tool, envelope)
-    return figures, {name: inside(call, off[name], config) for name, _ in PARTS}
+    within = {name: inside(call, off[name], config) for name, _ in PARTS}
+    if config.threads is None:
+        return figures, within, None
+    return figures, within, in_threads(ledger, registry, batch, config)
+
+
+def in_threads(ledger: Any, registry: Any, batch: str, config: AnatomyConfig) -> dict[str, Any]:
+    """Each part weighed inside the whole with ``config.threads`` threads calling at once.
+
+    The calls name the tool with no arguments: the I/O tool's default is the I/O workload's
+    50 ms, and the no-op tool takes none.
+    """
+    from tasks import execute as ex
+    from tasks.envelope import Envelope
+
+    assert config.threads is not None
+    name = IO_TOOL if config.threads_tool == "io" else NOOP_TOOL
+    tool = registry.get(name)
+    assert tool is not None, f"{name} is not registered"
+    counter = iter(range(10**9))
+
+    def call() -> None:
+        wire = Envelope("agents", batch, f"t{next(counter)}", name, "{}", "turn").to_wire()
+        ex.execute.run(call=wire)
+
+    off = switches(ledger, tool, Envelope("agents", batch, "call", name, "{}", "turn"))
+    figures = measure_threads(call, off, [part for part, _ in PARTS], config.threads)
+    return {"tool": name, **figures}
 
 
 class _Unmeasured:
@@ -300,10 +337,14 @@ def round_trips(client: redis.Redis) -> Iterator[dict[str, Callable[[], object]]
 
 def document(
     config: AnatomyConfig,
-    figures: dict[str, dict[str, Any]],
-    within: dict[str, dict[str, Any]],
+    figures: Figures,
+    within: Figures,
+    threads: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The JSON: every figure, the parts' sums alone and inside, and what they leave."""
+    """The JSON: every figure, the parts' sums alone and inside, and what they leave.
+
+    ``threads``, when weighed, goes in as it is, with its parts' sum and what they leave.
+    """
     body = figures["execute"]["us"]
     parts = sum(figures[name]["us"] for name, _ in PARTS)
     inside_sum = sum(within[name]["us"] for name, _ in PARTS)
@@ -319,7 +360,13 @@ def document(
         "inside": within,
         "inside_parts_us": inside_sum,
         "inside_rest_us": body - inside_sum,
+        **({"threads": _with_sums(threads)} if threads is not None else {}),
     }
+
+
+def _with_sums(threads: dict[str, Any]) -> dict[str, Any]:
+    total = sum(figure["us"] for figure in threads["parts"].values())
+    return {**threads, "parts_us": total, "rest_us": threads["body_us"] - total}
 
 
 def lines(doc: dict[str, Any]) -> list[str]:
@@ -345,6 +392,26 @@ def lines(doc: dict[str, Any]) -> list[str]:
         f"  {'the rest':16s}  {rest:7.1f} us  {rest_inside:7.1f} us  {rest_inside / body:5.1%}"
         "  envelope, ids, glue (alone: and the parts' extra cost inside the whole)"
     )
+    if "threads" in doc:
+        out += threads_lines(doc["threads"])
+    return out
+
+
+def threads_lines(threads: dict[str, Any]) -> list[str]:
+    """The threads pool's table: each part inside the whole with the threads calling."""
+    body = threads["body_us"]
+    out = [
+        f"with {threads['threads']} threads calling {threads['tool']} at once (CPU of the "
+        f"process per call; inside: median of {threads['pairs']} pairs of "
+        f"{threads['seconds']:g} s windows):",
+        f"  execute body      {body:7.1f} us  ({threads['calls_per_s']:,.0f} calls/s)",
+        f"  {'part':16s}  {'inside':>7s}     share  calls/s without it",
+    ]
+    for name, figure in threads["parts"].items():
+        us, rate = figure["us"], figure["calls_per_s_without_vs_with"]
+        out.append(f"  {name:16s}  {us:7.1f} us  {us / body:5.1%}  x{rate:.3f}")
+    rest = threads["rest_us"]
+    out.append(f"  {'the rest':16s}  {rest:7.1f} us  {rest / body:5.1%}")
     return out
 
 
@@ -371,6 +438,27 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.inside_pairs,
         help="pairs of rounds, with and without the part (6; the median difference)",
     )
+    threads = ThreadsConfig()
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="also weigh each part with this many threads calling at once, as a threads pool "
+        f"of that concurrency runs them (0: not weighed; the I/O workload's is "
+        f"{bench.io_concurrency}); a few minutes",
+    )
+    p.add_argument(
+        "--threads-tool",
+        choices=("io", "noop"),
+        default="io",
+        help="what the threads call: the I/O workload's 50 ms tool, or the no-op (io)",
+    )
+    p.add_argument(
+        "--threads-seconds",
+        type=float,
+        default=threads.seconds,
+        help=f"seconds of one window with the threads calling ({threads.seconds:g})",
+    )
     p.add_argument("--out", default=str(bench.out), help=f"output directory ({bench.out})")
     p.add_argument("--redis-url", default=None, help="Redis server (default: TOOLFAN_REDIS_URL's)")
     p.add_argument("--private-redis", action="store_true", help="start a private redis-server")
@@ -388,6 +476,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.threads < 0 or not args.threads_seconds > 0:
+        print(
+            "python -m bench anatomy: --threads must be 0 or more and --threads-seconds positive",
+            file=sys.stderr,
+        )
+        return 2
     bench = BenchConfig(
         out=Path(args.out),
         redis_url=args.redis_url,
@@ -400,6 +494,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         rounds=args.rounds,
         inside_calls=args.inside_calls,
         inside_pairs=args.inside_pairs,
+        threads=ThreadsConfig(args.threads, args.threads_seconds, args.inside_pairs)
+        if args.threads
+        else None,
+        threads_tool=args.threads_tool,
     )
     try:
         with ledger_database(bench) as url:

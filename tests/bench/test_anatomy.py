@@ -32,11 +32,12 @@ def _url(client: redis.Redis) -> str:
 def anatomy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("anatomy")
     sizes = ["--calls", "50", "--rounds", "2", "--inside-calls", "20", "--inside-pairs", "2"]
-    ran = run_bench(["anatomy", *sizes], out, "anatomy.json", 120)
+    threads = ["--threads", "4", "--threads-seconds", "0.3"]
+    ran = run_bench(["anatomy", *sizes, *threads], out, "anatomy.json", 150)
     return {**ran, "text": (out / "anatomy.txt").read_text()}
 
 
-@pytest.mark.timeout(130)
+@pytest.mark.timeout(160)
 def test_every_part_and_body_is_weighed_and_the_rest_is_what_they_leave(
     anatomy: dict[str, Any],
 ) -> None:
@@ -56,7 +57,7 @@ def test_every_part_and_body_is_weighed_and_the_rest_is_what_they_leave(
     assert "execute body" in anatomy["text"]
 
 
-@pytest.mark.timeout(130)
+@pytest.mark.timeout(160)
 def test_every_part_is_weighed_inside_the_whole_too(anatomy: dict[str, Any]) -> None:
     doc = anatomy["json"]
     inside = doc["inside"]
@@ -70,6 +71,42 @@ def test_every_part_is_weighed_inside_the_whole_too(anatomy: dict[str, Any]) -> 
     body = doc["figures"]["execute"]["us"]
     assert doc["inside_rest_us"] == pytest.approx(body - doc["inside_parts_us"])
     assert "inside" in anatomy["text"]
+
+
+@pytest.mark.timeout(160)
+def test_every_part_is_weighed_with_the_threads_calling_too(anatomy: dict[str, Any]) -> None:
+    threads = anatomy["json"]["threads"]
+    assert (threads["threads"], threads["tool"], threads["pairs"]) == (4, "bench_io", 2)
+    assert set(threads["parts"]) == {name for name, _ in PARTS}
+    for name, figure in threads["parts"].items():
+        assert len(figure["with"]) == len(figure["without"]) == 2, name
+        assert all(v > 0 for v in figure["with"] + figure["without"]), name
+        differences = [a - b for a, b in zip(figure["with"], figure["without"], strict=True)]
+        assert figure["us"] == pytest.approx(statistics.median(differences)), name
+        assert figure["calls_per_s_without_vs_with"] > 0, name
+    assert threads["body_us"] > 0 and threads["calls_per_s"] > 0
+    assert threads["parts_us"] == pytest.approx(sum(f["us"] for f in threads["parts"].values()))
+    assert threads["rest_us"] == pytest.approx(threads["body_us"] - threads["parts_us"])
+    assert "with 4 threads calling bench_io at once" in anatomy["text"]
+
+
+def _anatomy(args: list[str], out: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m bench anatomy`` with ``args``, in a bare environment, writing to ``out``."""
+    return subprocess.run(
+        [sys.executable, "-m", "bench", "anatomy", *args, "--out", str(out)],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+    )
+
+
+def test_negative_threads_are_refused_before_anything_runs(tmp_path: Path) -> None:
+    done = _anatomy(["--threads", "-1"], tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "--threads must be 0 or more" in done.stderr
+    assert not (tmp_path / "anatomy.json").exists()
 
 
 def test_each_switch_takes_its_part_out_of_execute_and_puts_it_back(
@@ -122,29 +159,8 @@ def test_it_stops_on_a_database_another_bench_holds_and_flushes_nothing(
     target.set(OWNER_KEY, "pid 1 on elsewhere", ex=60)
     target.set("their:record", "kept")
     try:
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "bench",
-                "anatomy",
-                "--redis-url",
-                f"{_url(redis_client)}/0",
-                "--ledger-db",
-                DB,
-                "--calls",
-                "5",
-                "--rounds",
-                "1",
-                "--out",
-                str(tmp_path),
-            ],
-            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
-            capture_output=True,
-            text=True,
-            timeout=50,
-            check=False,
-        )
+        where = ["--redis-url", f"{_url(redis_client)}/0", "--ledger-db", DB]
+        done = _anatomy([*where, "--calls", "5", "--rounds", "1"], tmp_path)
         assert done.returncode == 2, done.stdout + done.stderr
         assert "Traceback" not in done.stderr
         assert "another bench (pid 1 on elsewhere)" in done.stderr

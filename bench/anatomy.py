@@ -20,6 +20,11 @@ in this process: see :func:`switches`), the median difference of ``--inside-pair
 of rounds of ``--inside-calls`` calls. Those figures do not add up to the body either:
 taking one part out also spares the others some of its cache misses.
 
+With ``--threads N`` each part is weighed a third time, with N threads calling ``execute``
+at once as a threads pool of that concurrency runs it (:mod:`bench.anatomy_threads`):
+there each wait of a call hands the interpreter lock to another thread, a cost one thread
+never pays.
+
 Each figure is CPU time per call (``time.process_time``, so the runner thread's share
 counts), the median of ``--rounds`` rounds of ``--calls`` calls after a warm-up, on
 its own Redis database (flushed at start and end). CPU per call, not wall time: on a
@@ -31,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import socket
 import statistics
@@ -476,7 +482,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if args.threads < 0 or not args.threads_seconds > 0:
+    if args.threads < 0 or not 0 < args.threads_seconds < math.inf:
         print(
             "python -m bench anatomy: --threads must be 0 or more and --threads-seconds positive",
             file=sys.stderr,

@@ -102,10 +102,21 @@ def _anatomy(args: list[str], out: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_negative_threads_are_refused_before_anything_runs(tmp_path: Path) -> None:
-    done = _anatomy(["--threads", "-1"], tmp_path)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--threads", "-1"],
+        ["--threads", "4", "--threads-seconds", "0"],
+        ["--threads", "4", "--threads-seconds", "nan"],
+        ["--threads", "4", "--threads-seconds", "inf"],
+    ],
+)
+def test_bad_threads_options_are_refused_before_anything_runs(
+    args: list[str], tmp_path: Path
+) -> None:
+    done = _anatomy(args, tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "--threads must be 0 or more" in done.stderr
+    assert "--threads must be 0 or more and --threads-seconds positive" in done.stderr
     assert not (tmp_path / "anatomy.json").exists()
 
 

@@ -51,12 +51,9 @@ from typing import Any
 
 import redis
 
-from bench.anatomy_threads import ThreadsConfig, measure_threads
+from bench.anatomy_threads import Switch, ThreadsConfig, alternating, measure_threads
 from bench.config import IO_TOOL, NOOP_TOOL, BenchConfig
 from bench.stack import DatabasesInUse, owning, redis_server
-
-#: Turns one part of ``execute`` on (True) or off (False) in this process.
-Switch = Callable[[bool], None]
 
 #: The parts, in the order ``execute`` runs them, and what each is.
 PARTS: tuple[tuple[str, str], ...] = (
@@ -113,20 +110,14 @@ def inside(fn: Callable[[], object], switch: Switch, config: AnatomyConfig) -> d
     that speeds up or slows down weighs on both sides alike; the figure is the median of the
     pairs' differences. The part is always switched back on.
     """
-    differences, kept, dropped = [], [], []
-    try:
-        for pair in range(config.inside_pairs):
-            sides: dict[bool, float] = {}
-            for on in (True, False) if pair % 2 else (False, True):
-                switch(on)
-                for _ in range(config.inside_calls // 10):  # settle after the switch
-                    fn()
-                sides[on] = _round(fn, config.inside_calls)
-            kept.append(sides[True])
-            dropped.append(sides[False])
-            differences.append(sides[True] - sides[False])
-    finally:
-        switch(True)
+
+    def round_() -> float:
+        for _ in range(config.inside_calls // 10):  # settle after the switch
+            fn()
+        return _round(fn, config.inside_calls)
+
+    kept, dropped = alternating(switch, round_, config.inside_pairs)
+    differences = [k - d for k, d in zip(kept, dropped, strict=True)]
     return {"us": statistics.median(differences), "with": kept, "without": dropped}
 
 

@@ -18,10 +18,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 #: Turns one part of ``execute`` on (True) or off (False) in this process.
 Switch = Callable[[bool], None]
+T = TypeVar("T")
 
 #: Seconds the callers run after a start or a switch before a window is measured.
 SETTLE = 0.5
@@ -102,31 +103,39 @@ class Callers:
         return cpu / calls * 1e6, calls / wall
 
 
-def weigh(callers: Callers, switch: Switch, config: ThreadsConfig) -> dict[str, Any]:
-    """One part with the threads calling: windows with against without it, in pairs.
+def alternating(switch: Switch, side: Callable[[], T], pairs: int) -> tuple[list[T], list[T]]:
+    """``side`` measured with a part and without it, in ``pairs`` pairs; (with, without).
 
     The order within a pair flips each time, so a machine that speeds up or slows down
     weighs on both sides alike; the part is always switched back on.
     """
-    differences, kept, dropped, rates = [], [], [], []
+    kept: list[T] = []
+    dropped: list[T] = []
     try:
-        for pair in range(config.pairs):
-            sides: dict[bool, tuple[float, float]] = {}
+        for pair in range(pairs):
             for on in (True, False) if pair % 2 else (False, True):
                 switch(on)
-                time.sleep(SETTLE)
-                sides[on] = callers.window(config.seconds)
-            kept.append(sides[True][0])
-            dropped.append(sides[False][0])
-            differences.append(sides[True][0] - sides[False][0])
-            rates.append(sides[False][1] / sides[True][1])
+                (kept if on else dropped).append(side())
     finally:
         switch(True)
+    return kept, dropped
+
+
+def weigh(callers: Callers, switch: Switch, config: ThreadsConfig) -> dict[str, Any]:
+    """One part with the threads calling: windows with against without it, in pairs."""
+
+    def window() -> tuple[float, float]:
+        time.sleep(SETTLE)
+        return callers.window(config.seconds)
+
+    kept, dropped = alternating(switch, window, config.pairs)
     return {
-        "us": statistics.median(differences),
-        "with": kept,
-        "without": dropped,
-        "calls_per_s_without_vs_with": statistics.median(rates),
+        "us": statistics.median(k[0] - d[0] for k, d in zip(kept, dropped, strict=True)),
+        "with": [us for us, _ in kept],
+        "without": [us for us, _ in dropped],
+        "calls_per_s_without_vs_with": statistics.median(
+            d[1] / k[1] for k, d in zip(kept, dropped, strict=True)
+        ),
     }
 
 

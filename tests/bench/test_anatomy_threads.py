@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from bench.anatomy_threads import Callers, ThreadsConfig, measure_threads, weigh
+from bench.anatomy_threads import Callers, ThreadsConfig, alternating, measure_threads, weigh
 
 #: Seconds of CPU a switched-on "part" burns per call, in pure Python (holding the lock).
 SPIN = 0.0004
@@ -80,3 +80,23 @@ def test_the_body_and_every_named_part_are_weighed() -> None:
     assert figures["body_us"] > SPIN * 1e6 / 2
     assert figures["parts"]["a"]["us"] > figures["parts"]["b"]["us"]
     assert on == {"a": True, "b": True}
+
+
+def test_pairs_alternate_their_order_and_the_part_is_always_switched_back_on() -> None:
+    states: list[bool] = []
+    on = [True]
+
+    def switch(value: bool) -> None:
+        on[0] = value
+
+    kept, dropped = alternating(switch, lambda: states.append(on[0]) or on[0], 3)
+    assert states == [False, True, True, False, False, True]
+    assert (kept, dropped) == ([True] * 3, [False] * 3)
+    assert on[0] is True
+
+    def broken() -> bool:
+        raise RuntimeError("the measurement broke")
+
+    with pytest.raises(RuntimeError):
+        alternating(switch, broken, 2)
+    assert on[0] is True

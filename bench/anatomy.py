@@ -65,6 +65,9 @@ PARTS: tuple[tuple[str, str], ...] = (
     ("metrics", "the call's counter and duration histogram"),
     ("log_line", "the call's INFO line (JSON)"),
 )
+#: The most threads ``--threads`` starts: a Celery threads pool of more is no pool anyone
+#: runs, and each thread holds a Redis connection for the ledger's scripts.
+MAX_THREADS = 1024
 #: The whole bodies, and a Redis round trip three ways: through the client (as every script
 #: goes), on a connection held out of its pool, and on a bare socket.
 WHOLE = ("execute", "floor_call", "redis_ping", "redis_ping_held", "redis_ping_socket")
@@ -433,7 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--inside-pairs",
         type=int,
         default=defaults.inside_pairs,
-        help="pairs of rounds, with and without the part (6; the median difference)",
+        help="pairs of rounds (and of --threads windows), with and without the part "
+        "(6; the median difference)",
     )
     threads = ThreadsConfig()
     p.add_argument(
@@ -442,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="also weigh each part with this many threads calling at once, as a threads pool "
         f"of that concurrency runs them (0: not weighed; the I/O workload's is "
-        f"{bench.io_concurrency}); a few minutes",
+        f"{bench.io_concurrency}; at most {MAX_THREADS}); a few minutes",
     )
     p.add_argument(
         "--threads-tool",
@@ -473,9 +477,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if args.threads < 0 or not 0 < args.threads_seconds < math.inf:
+    if not 0 <= args.threads <= MAX_THREADS or not 0 < args.threads_seconds < math.inf:
         print(
-            "python -m bench anatomy: --threads must be 0 or more and --threads-seconds positive",
+            f"python -m bench anatomy: --threads must be 0 to {MAX_THREADS} and "
+            "--threads-seconds positive",
             file=sys.stderr,
         )
         return 2

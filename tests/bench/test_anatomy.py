@@ -106,6 +106,7 @@ def _anatomy(args: list[str], out: Path) -> subprocess.CompletedProcess[str]:
     "args",
     [
         ["--threads", "-1"],
+        ["--threads", "1025"],  # a thread each, and a Redis connection each: a typo's count
         ["--threads", "4", "--threads-seconds", "0"],
         ["--threads", "4", "--threads-seconds", "nan"],
         ["--threads", "4", "--threads-seconds", "inf"],
@@ -116,7 +117,7 @@ def test_bad_threads_options_are_refused_before_anything_runs(
 ) -> None:
     done = _anatomy(args, tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "--threads must be 0 or more and --threads-seconds positive" in done.stderr
+    assert "--threads must be 0 to 1024 and --threads-seconds positive" in done.stderr
     assert not (tmp_path / "anatomy.json").exists()
 
 

@@ -81,7 +81,7 @@ def runs_poller(stack: BenchStack) -> Iterator[Service]:
     """``toolfan poll --interval`` with ``TOOLFAN_SOURCES=assistants`` (a ``runs:`` line a pass)."""
     env = {**stack.env, "TOOLFAN_SOURCES": "assistants"}
     argv = ["poll", "--interval", str(stack.config.poll_interval)]
-    service = Service(argv, stack.workdir / "poller-runs.log", env)
+    service = stack.track(Service(argv, stack.workdir / "poller-runs.log", env), "runs poller")
     try:
         service.wait_for_output("runs:", 60)
         yield service

@@ -142,7 +142,7 @@ def run_half_load(
         "batches": len(batches),
         "latency": latency,
         "target_p95": target,
-        "cpu_ms_per_call": cpu.per_call(len(offsets) * workload.calls),
+        **_cpu_figures(cpu, len(offsets) * workload.calls),
     }
 
 
@@ -195,8 +195,14 @@ def run_push_load(
         ),
         "seed_to_answer": percentiles(latencies(batches, pending_times(seeded))),
         "target_p95": PUSH_TARGET_P95,
-        "cpu_ms_per_call": cpu.per_call(len(offsets) * workload.calls),
+        **_cpu_figures(cpu, len(offsets) * workload.calls),
     }
+
+
+def _cpu_figures(cpu: ServicesCpu, calls: int) -> dict[str, dict[str, float]]:
+    """A phase's CPU per call: the totals, and every role's share."""
+    by_role = cpu.per_call(calls)
+    return {"cpu_ms_per_call": cpu_totals(by_role), "cpu_ms_per_call_by_process": by_role}
 
 
 def run_push_peak(stack: BenchStack, emu: Emulator, workload: Workload, intake: str) -> float:
@@ -217,24 +223,54 @@ def run_push_peak(stack: BenchStack, emu: Emulator, workload: Workload, intake: 
 
 
 class ServicesCpu:
-    """CPU of every service the bench started (its child processes), from now on.
+    """CPU of every service the bench started (its child processes), by role, from now on.
 
     The half-load runs compare polling and pushing at one rate: what each costs per call,
-    all processes together (the emulator apart, as the API's own work), says how near
-    that rate is to each one's saturation of the machine's cores.
+    all of toolfan's processes together, says how near that rate is to each one's
+    saturation of the machine's cores; the split by role (workers, poller, intake, push
+    worker...) says where a push costs more than a poll. The API stand-in's work and a
+    private Redis's are the cores' too, but not toolfan's: they are counted apart.
     """
 
     def __init__(self, stack: BenchStack) -> None:
-        self.emulator = stack.emulator_pid
+        self.roles = dict(stack.roles)
         self.pids = [c.pid for c in psutil.Process().children()]
-        self.start = tree_cpu(self.pids), tree_cpu([self.emulator])
+        self.start = self._by_role()
+
+    def _by_role(self) -> dict[str, float]:
+        seconds: dict[str, float] = {}
+        for pid in self.pids:
+            role = self.roles.get(pid) or _untracked_role(pid)
+            seconds[role] = seconds.get(role, 0.0) + tree_cpu([pid])
+        return seconds
 
     def per_call(self, calls: int) -> dict[str, float]:
-        """Milliseconds of CPU per call so far: toolfan's processes, and the emulator's."""
-        everything, emulator = tree_cpu(self.pids), tree_cpu([self.emulator])
-        api = emulator - self.start[1]
-        ours = everything - self.start[0] - api
-        return {"toolfan": ours * 1000 / calls, "emulator": api * 1000 / calls}
+        """Milliseconds of CPU per call so far, by role (``api``: the API stand-in)."""
+        now = self._by_role()
+        return {role: (now[role] - self.start.get(role, 0.0)) * 1000 / calls for role in now}
+
+
+#: Roles whose CPU is not toolfan's: the API stand-in's answers and a private Redis.
+NOT_TOOLFAN = ("api", "redis")
+
+
+def cpu_totals(by_role: dict[str, float]) -> dict[str, float]:
+    """The CPU per call of toolfan (every role but the API and Redis), of the API, of Redis."""
+    ours = sum(ms for role, ms in by_role.items() if role not in NOT_TOOLFAN)
+    return {
+        "toolfan": ours,
+        "emulator": by_role.get("api", 0.0),
+        "redis": by_role.get("redis", 0.0),
+    }
+
+
+def _untracked_role(pid: int) -> str:
+    """The role of a child the stack did not start as a service: a private Redis, or other."""
+    try:
+        name = psutil.Process(pid).name()
+    except psutil.NoSuchProcess:
+        return "other"
+    return "redis" if name.startswith("redis-server") else "other"
 
 
 def _seed_on_schedule(emu: Emulator, workload: Workload, offsets: list[float]) -> list[Seeded]:

@@ -341,11 +341,12 @@ def _runs(phase: dict[str, Any]) -> str:
 
 
 def _cpu(phase: dict[str, Any]) -> str:
-    """A half-load run's CPU per call: toolfan's processes, and the API stand-in's."""
+    """A half-load run's CPU per call: toolfan's processes, the API stand-in's, Redis's."""
     cpu = phase.get("cpu_ms_per_call")
     if not cpu:
         return "CPU per call not measured"
-    return f"CPU per call {cpu['toolfan']:.2f} ms (+ the API's {cpu['emulator']:.2f} ms)"
+    redis = f", Redis's {cpu['redis']:.2f} ms" if cpu.get("redis") else ""
+    return f"CPU per call {cpu['toolfan']:.2f} ms (+ the API's {cpu['emulator']:.2f} ms{redis})"
 
 
 def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
@@ -397,6 +398,7 @@ def lines(report: Report) -> list[str]:
                     f"{workload} {SYSTEMS[system]}: calls/s per repetition " + _list(runs[system])
                 )
     out += split_lines(report)
+    out += load_split_lines(report)
     out += feature_lines(report.features)
     out += idle_lines(report.idle)
     out.append("")
@@ -474,6 +476,25 @@ def split_lines(report: Report) -> list[str]:
             if split:
                 parts = ", ".join(f"{k} {v:.2f}" for k, v in split.items())
                 out.append(f"{workload} {SYSTEMS[system]}: CPU ms per call by process: {parts}")
+    return ["", *out] if out else []
+
+
+#: The half-load phases, each with what its line calls it.
+LOAD_PHASES = {
+    "half_load": "half of peak, polled",
+    "push_load": "half of the polled peak, pushed",
+    "push_own": "half of the pushed peak, pushed",
+}
+
+
+def load_split_lines(report: Report) -> list[str]:
+    """CPU per call by process in the half-load runs: where a push costs more than a poll."""
+    out = []
+    for key, label in LOAD_PHASES.items():
+        split = (getattr(report, key) or {}).get(SPLIT)
+        if split:
+            parts = ", ".join(f"{k} {v:.2f}" for k, v in sorted(split.items()))
+            out.append(f"{label}: CPU ms per call by process: {parts}")
     return ["", *out] if out else []
 
 

@@ -143,6 +143,13 @@ class BenchStack(Stack):
         self.env: dict[str, str] = {}
         self.port = 0
         self.emulator_pid = 0
+        #: Each service's process id -> its role, for CPU by process (``track``).
+        self.roles: dict[int, str] = {}
+
+    def track(self, service: Service, role: str) -> Service:
+        """Remember ``service``'s role (``workers``, ``poller``, ``intake``...); returns it."""
+        self.roles[service.proc.pid] = role
+        return service
 
     def _start(self) -> None:
         self.base = self._stack.enter_context(redis_server(self.config))
@@ -151,7 +158,7 @@ class BenchStack(Stack):
         self.port = free_port()
         self.env = service_env(self.base, self.config, f"{self.origin}/v1")
         argv = ["emulator", "--port", str(self.port), "--log-level", "warning"]
-        emulator = Service(argv, self.workdir / "emulator.log", self.env)
+        emulator = self.track(Service(argv, self.workdir / "emulator.log", self.env), "api")
         self._stack.callback(emulator.stop)
         emulator.wait_for_output("listening", 60)
         self.emulator_pid = emulator.proc.pid
@@ -198,7 +205,7 @@ class BenchStack(Stack):
         if workload.pool is not None:
             argv += ["-P", workload.pool]
         log = self.workdir / f"worker-{workload.name}{index}.log"
-        service = Service(argv, log, self.env)
+        service = self.track(Service(argv, log, self.env), "workers")
         try:
             wait_for(lambda: _pong(service, name), 90, f"the {workload.name} worker", 0.2)
         except BaseException:
@@ -215,7 +222,8 @@ class BenchStack(Stack):
     def poller(self) -> Iterator[Service]:
         """``toolfan poll --interval`` (it prints one ``poll:`` line per pass)."""
         interval = str(self.config.poll_interval)
-        service = Service(["poll", "--interval", interval], self.workdir / "poller.log", self.env)
+        argv = ["poll", "--interval", interval]
+        service = self.track(Service(argv, self.workdir / "poller.log", self.env), "poller")
         try:
             service.wait_for_output("poll:", 60)
             yield service
@@ -237,7 +245,9 @@ def push_stack(stack: BenchStack) -> Iterator[str]:
     port = free_port()
     env = {**stack.env, "OPENAI_WEBHOOK_SECRET": WEBHOOK_SECRET}
     logs = stack.workdir
-    intake = Service(["webhook", "--port", str(port)], logs / "webhook.log", env)
+    intake = stack.track(
+        Service(["webhook", "--port", str(port)], logs / "webhook.log", env), "intake"
+    )
     name = f"bench-push-{uuid.uuid4().hex[:6]}"
     argv = ["worker", "-c", "4", "-P", "threads", "-n", f"{name}@%h", "-Q", "toolfan.poll"]
     worker = Service(
@@ -245,7 +255,9 @@ def push_stack(stack: BenchStack) -> Iterator[str]:
         logs / "worker-push.log",
         env,
     )
-    poller = Service(["poll", "--interval", str(SAFETY_NET_INTERVAL)], logs / "poller-60.log", env)
+    stack.track(worker, "push worker")
+    safety_net = ["poll", "--interval", str(SAFETY_NET_INTERVAL)]
+    poller = stack.track(Service(safety_net, logs / "poller-60.log", env), "safety-net poller")
     try:
         intake.wait_for_output("listening", 60)
         wait_for(lambda: _pong(worker, name), 90, "the push worker", 0.2)

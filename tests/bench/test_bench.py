@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from bench.config import BenchConfig
+from bench.report import LOAD_PHASES as LOAD_LABELS
 from tests.bench.runs import run_bench
 
 SYSTEMS = ("toolfan", "raw_celery", "floor", "threads", "loop")
@@ -222,6 +223,33 @@ def test_ratios_idle_pass_and_half_load(bench: dict[str, Any]) -> None:
         assert phase["latency"]["p95"] == sorted(p95s)[(reps - 1) // 2]
         assert _positive(phase["cpu_ms_per_call"]["toolfan"]), phase["cpu_ms_per_call"]
         assert _positive(phase["cpu_ms_per_call"]["emulator"]), phase["cpu_ms_per_call"]
+    _load_cpu_is_split_by_process(bench)
+
+
+#: The processes that must have worked in each half-load phase, by role.
+LOAD_ROLES = {
+    "half_load": {"workers", "poller", "api"},
+    "push_load": {"workers", "intake", "push worker", "api"},
+    "push_own": {"workers", "intake", "push worker", "api"},
+}
+
+
+def _load_cpu_is_split_by_process(bench: dict[str, Any]) -> None:
+    """Each half-load phase's CPU by role adds up to its totals, and names who did the work."""
+    for key, roles in LOAD_ROLES.items():
+        phase = bench["json"][key]
+        split, totals = phase["cpu_ms_per_call_by_process"], phase["cpu_ms_per_call"]
+        assert all(_positive(split[role]) for role in roles), (key, split)
+        ours = sum(ms for role, ms in split.items() if role not in ("api", "redis"))
+        assert totals["toolfan"] == pytest.approx(ours), (key, split, totals)
+        assert totals["emulator"] == split["api"] and totals["redis"] == split.get("redis", 0.0)
+        assert key != "half_load" or "intake" not in split  # the push path runs only for pushes
+        line = next(
+            x
+            for x in bench["stdout"].splitlines()
+            if "CPU ms per call by process" in x and x.startswith(LOAD_LABELS[key])
+        )
+        assert "workers" in line, line
 
 
 @pytest.mark.timeout(180)

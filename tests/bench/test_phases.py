@@ -1,0 +1,78 @@
+"""The half-load phases' CPU by process: each child of the bench counted under its role."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
+from typing import IO, Any, cast
+
+import pytest
+
+from bench.phases import ServicesCpu, _untracked_role, cpu_totals
+from bench.stack import BenchStack
+
+pytestmark = pytest.mark.quick
+
+#: A child that, at each line on stdin, burns 0.3 s of CPU and says so.
+BURNER = """
+import sys, time
+for _ in sys.stdin:
+    end = time.process_time() + 0.3
+    while time.process_time() < end:
+        pass
+    print("done", flush=True)
+"""
+
+
+@contextmanager
+def burner() -> Iterator[subprocess.Popen[str]]:
+    child = subprocess.Popen(
+        [sys.executable, "-c", BURNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        yield child
+    finally:
+        child.kill()
+        child.wait(10)
+
+
+def _burn(*children: subprocess.Popen[str]) -> None:
+    for child in children:
+        cast(IO[str], child.stdin).write("go\n")
+        cast(IO[str], child.stdin).flush()
+    for child in children:
+        assert cast(IO[str], child.stdout).readline() == "done\n"
+
+
+def test_each_child_counts_under_its_role_and_toolfan_leaves_out_the_api() -> None:
+    with burner() as intake, burner() as api, burner() as stranger:
+        stack: Any = SimpleNamespace(roles={intake.pid: "intake", api.pid: "api"})
+        cpu = ServicesCpu(cast(BenchStack, stack))
+        _burn(intake, api, stranger)
+        split = cpu.per_call(1000)  # 1000 calls: 0.3 s each is 0.3 ms per call
+
+    for role in ("intake", "api", "other"):  # other: the stranger, and any other child
+        assert split[role] >= 0.29, split
+    assert split["intake"] < 0.45 and split["api"] < 0.45, split
+    totals = cpu_totals(split)
+    assert totals["toolfan"] == pytest.approx(sum(v for k, v in split.items() if k != "api"))
+    assert totals["emulator"] == split["api"]
+    assert totals["redis"] == split.get("redis", 0.0)  # the suite's own Redis, if it started one
+
+
+def test_a_redis_server_child_is_redis_not_toolfan() -> None:
+    binary = shutil.which("redis-server")
+    assert binary is not None, "redis-server is needed (the suite starts one when none answers)"
+    child = subprocess.Popen([binary, "--port", "0", "--save", ""], stdout=subprocess.DEVNULL)
+    try:
+        assert _untracked_role(child.pid) == "redis"
+    finally:
+        child.kill()
+        child.wait(10)
+    assert _untracked_role(child.pid) == "other"  # gone: nothing to count
+    totals = cpu_totals({"workers": 2.0, "redis": 0.5, "api": 0.25})
+    assert totals == {"toolfan": 2.0, "emulator": 0.25, "redis": 0.5}

@@ -130,7 +130,8 @@ class Report:
             noop.get(f"throughput_vs_{RAW}"),
             ">=",
             0.9,
-            f"calls/s, default worker; per repetition {self._pairs('noop')}",
+            f"calls/s, default worker; per repetition {self._pairs('noop')}"
+            + self._ceiling("noop", FLOOR, 0.9),
         )
         if self.get("noop", ASSISTANTS) is not None:
             yield Target(
@@ -139,7 +140,7 @@ class Report:
                 ">=",
                 0.9,
                 "calls/s, watched runs, same workers; per repetition "
-                f"{self._pairs('noop', ASSISTANTS)}",
+                f"{self._pairs('noop', ASSISTANTS)}" + self._ceiling("noop", RUNS_FLOOR, 0.9),
             )
         yield Target(
             "50 ms I/O throughput / sequential loop",
@@ -153,12 +154,30 @@ class Report:
             io.get(f"throughput_vs_{RAW}"),
             ">=",
             0.9,
-            f"calls/s, same {pool} pool; per repetition {self._pairs('io')}",
+            f"calls/s, same {pool} pool; per repetition {self._pairs('io')}"
+            + self._ceiling("io", FLOOR, 0.9),
         )
 
     def _pairs(self, workload: str, system: str = TOOLFAN) -> str:
         ratios = self.spread.get(workload, {}).get(f"{system}_vs_{RAW}", [])
         return "[" + ", ".join(f"{r:.2f}" for r in ratios) + "]"
+
+    def _ceiling(self, workload: str, floor: str, target: float) -> str:
+        """What the floor reached against raw Celery in this run, for a throughput target.
+
+        The floor does only what no implementation can do without, so where it falls
+        short of the target, the run itself shows the target out of any implementation's
+        reach on this machine at that moment.
+        """
+        reached, raw = self.get(workload, floor), self.get(workload, RAW)
+        if reached is None or raw is None:
+            return ""
+        share = ratio(reached.calls_per_s, raw.calls_per_s)
+        shown = f"{_fmt(share, digits=2)} per repetition {self._pairs(workload, floor)}"
+        text = f"; {SYSTEMS[floor]}: {shown}"
+        if share is not None and share < target:
+            text += ", under the target: the least any implementation does fell short of it here"
+        return text
 
     def _redis_targets(self) -> Iterator[Target]:
         for workload in self.results:

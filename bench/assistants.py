@@ -143,7 +143,7 @@ def run_assistants(
     calls = count * workload.calls
     by_process = split.per_call(calls)
     passes = runs_passes(poller) - passes_before
-    requests = _run_requests(emu, started)
+    requests = run_requests(emu, started)
     _drain(stack)
     return runs_measurement(
         (ASSISTANTS, workload, count),
@@ -231,7 +231,7 @@ def _costs(closed: Closed, requests: dict[str, Any], passes: int) -> dict[str, A
     }
 
 
-def _run_requests(emu: Emulator, since: float) -> dict[str, Any]:
+def run_requests(emu: Emulator, since: float) -> dict[str, Any]:
     """Run reads (poller and deliveries) and submits the API received since ``since``."""
     data = emu.http.get("/requests", params={"path": RUNS_PATH}).raise_for_status().json()
     records = [r for r in data["data"] if float(r["at"]) >= since]

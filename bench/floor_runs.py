@@ -9,11 +9,15 @@ least any implementation does, on toolfan's workers:
   waiting, so one read finds each);
 * one chord of one task per call, on the function's queue, each saving its result in the
   ledger before it returns (the same task as the sessions' floor);
-* one ``submit_tool_outputs`` of the phase's outputs, from the chord's callback.
+* one ``submit_tool_outputs`` of the phase's outputs, from the chord's callback;
+* one more read of the run once its submit is accepted. After a submit the run goes on:
+  to another phase of calls, or to its end. Only a read tells which, so an implementation
+  that answers every phase of a run reads it at least once after each submit. The floor
+  knows when each submit landed (the API stand-in says so), so it spends exactly one.
 
-No watch, no claim, no second read, no validation, no log line: toolfan's runs row cannot
-beat it, so its ratio to raw Celery is the ceiling of any implementation of the runs
-source on this machine, as the sessions' floor is for sessions.
+No watch, no claim, no read while the calls run, no validation, no log line: toolfan's
+runs row cannot beat it, so its ratio to raw Celery is the ceiling of any implementation of
+the runs source on this machine, as the sessions' floor is for sessions.
 """
 
 from __future__ import annotations
@@ -24,14 +28,17 @@ from typing import Any
 
 import httpx
 
-from bench.assistants import run_body, runs_measurement, seed_runs, wait_submits
+from bench.assistants import run_body, run_requests, runs_measurement, seed_runs, submits
 from bench.config import Workload
-from bench.emu import Emulator
+from bench.emu import JSON, Emulator
 from bench.engine import forget
 from bench.figures import RUNS_FLOOR, Measurement
 from bench.measure import CpuSplit, Window
 from bench.stack import SUBMIT_QUEUE, BenchStack
 from dispatcher.devstack import Service
+
+#: Seconds between looks at the accepted submits when none was new (as the runs row waits).
+WAIT_EVERY = 0.25
 
 
 def run_runs_floor(
@@ -41,7 +48,7 @@ def run_runs_floor(
     workers: list[Service],
     runs: int | None = None,
 ) -> Measurement:
-    """Seed the runs at once; read, publish and wait until every run has its submit.
+    """Seed the runs at once; read and publish each, then read each again once submitted.
 
     Throughput counts as the runs row's does: from this process's first read (the moment
     the runs row names its runs to toolfan) to the last accepted submit.
@@ -51,11 +58,13 @@ def run_runs_floor(
     window = Window(stack.redis(), [w.proc.pid for w in workers])
     split = CpuSplit([w.proc.pid for w in workers], {"api": stack.emulator_pid})
     seeded = seed_runs(emu, [run_body(workload)] * count)
-    started, cpu = time.time(), time.process_time()
-    published = _publish(f"{stack.origin}/v1", stack.env["OPENAI_API_KEY"], workload, seeded.runs)
-    publish_cpu = time.process_time() - cpu
-    answered = wait_submits(emu, count, stack.config.timeout)
+    with _api(f"{stack.origin}/v1", stack.env["OPENAI_API_KEY"]) as api:
+        started, cpu = time.time(), time.process_time()
+        published = _publish(api, workload, seeded.runs)
+        answered = _wait_and_read(api, emu, count, stack.config.timeout)
+        publish_cpu = time.process_time() - cpu
     closed = window.close()
+    requests = run_requests(emu, started)
     calls = count * workload.calls
     runs_answered = {(s["thread_id"], s["run_id"]) for s in answered}
     return runs_measurement(
@@ -65,6 +74,7 @@ def run_runs_floor(
         closed.cpu + publish_cpu,
         {
             "published_runs": published,
+            "retrieve_requests": requests["retrieve"],
             "submits": len(answered),
             "runs_answered": len(runs_answered),
             "outputs": sum(len(s["tool_outputs"]) for s in answered),
@@ -77,33 +87,66 @@ def run_runs_floor(
     )
 
 
-def _publish(base: str, api_key: str, workload: Workload, runs: list[tuple[str, str]]) -> int:
+def _api(base: str, api_key: str) -> httpx.Client:
+    """A client of the runs API, authenticated as toolfan's own."""
+    headers = {"Authorization": f"Bearer {api_key}", "OpenAI-Beta": "assistants=v2"}
+    return httpx.Client(base_url=base, headers=headers, timeout=30)
+
+
+def _read(api: httpx.Client, thread: str, run: str) -> dict[str, Any]:
+    """One read of a run, by the path toolfan's client builds."""
+    from dispatcher.client import path_segment
+
+    path = f"/threads/{path_segment(thread)}/runs/{path_segment(run)}"
+    answer: dict[str, Any] = api.get(path).raise_for_status().json()
+    return answer
+
+
+def _publish(api: httpx.Client, workload: Workload, runs: list[tuple[str, str]]) -> int:
     """Read each run once; a chord per run that waits for outputs. Returns how many."""
     from celery import chord
 
     from bench import tools
-    from dispatcher.client import path_segment
     from tasks.submit import UNSTORED  # no result stored: toolfan sends its calls so too
 
-    headers = {"Authorization": f"Bearer {api_key}", "OpenAI-Beta": "assistants=v2"}
     published = 0
-    with httpx.Client(base_url=base, headers=headers, timeout=30) as api:
-        for thread, run in runs:
-            path = f"/threads/{path_segment(thread)}/runs/{path_segment(run)}"
-            calls = _waiting_calls(api.get(path).raise_for_status().json())
-            if not calls:
-                continue
-            batch = f"{thread}/{run}"
-            header = [
-                tools.floor_call.si(batch, "", call, **arguments).set(
-                    queue=workload.queue, **UNSTORED
-                )
-                for call, arguments in calls
-            ]
-            body = tools.floor_runs_submit.s(thread, run).set(queue=SUBMIT_QUEUE, **UNSTORED)
-            forget(chord(header)(body))
-            published += 1
+    for thread, run in runs:
+        calls = _waiting_calls(_read(api, thread, run))
+        if not calls:
+            continue
+        batch = f"{thread}/{run}"
+        header = [
+            tools.floor_call.si(batch, "", call, **arguments).set(queue=workload.queue, **UNSTORED)
+            for call, arguments in calls
+        ]
+        body = tools.floor_runs_submit.s(thread, run).set(queue=SUBMIT_QUEUE, **UNSTORED)
+        forget(chord(header)(body))
+        published += 1
     return published
+
+
+def _wait_and_read(api: httpx.Client, emu: Emulator, expected: int, timeout: float) -> list[JSON]:
+    """Every submit, once ``expected`` runs have one; each run read once after its submit.
+
+    Raises:
+        TimeoutError: with how many arrived, when ``timeout`` passes first.
+    """
+    deadline = time.monotonic() + timeout
+    seen: list[JSON] = []
+    read: set[tuple[str, str]] = set()
+    while True:
+        fresh = submits(emu, len(seen))
+        seen += fresh
+        for key in ((s["thread_id"], s["run_id"]) for s in fresh):
+            if key not in read:
+                read.add(key)
+                _read(api, *key)
+        if len(read) >= expected:
+            return seen
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(seen)} submits after {timeout:.0f} s; expected {expected}")
+        if not fresh:
+            time.sleep(WAIT_EVERY)
 
 
 def _waiting_calls(run: dict[str, Any]) -> list[tuple[str, Any]]:

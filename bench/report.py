@@ -435,8 +435,9 @@ BASELINE_NOTES = {
     RAW_LEDGER: "each task also runs the ledger's begin and finish, and nothing else of toolfan",
     FLOOR: "only the list pass, one ledger write per call and one POST per batch: "
     "no implementation of the contract does less",
-    RUNS_FLOOR: "only one read per run, one ledger write per call and one submit per run: "
-    "no implementation of the runs source does less",
+    RUNS_FLOOR: "only two reads per run (one finds it waiting, one after its submit sees "
+    "whether it goes on), one ledger write per call and one submit per run: no implementation "
+    "of the runs source does less",
 }
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -59,8 +59,16 @@ def submits(emu: Emulator, offset: int = 0) -> list[JSON]:
     return data
 
 
-def wait_submits(emu: Emulator, expected: int, timeout: float, every: float = 0.25) -> list[JSON]:
+def wait_submits(
+    emu: Emulator,
+    expected: int,
+    timeout: float,
+    on_new: Callable[[list[JSON]], None] | None = None,
+    every: float = 0.25,
+) -> list[JSON]:
     """Every submit, once ``expected`` runs have one (reading only new submits).
+
+    ``on_new`` is given each look's new submits, in acceptance order, as they arrive.
 
     Raises:
         TimeoutError: with how many arrived, when ``timeout`` passes first.
@@ -68,7 +76,10 @@ def wait_submits(emu: Emulator, expected: int, timeout: float, every: float = 0.
     deadline = time.monotonic() + timeout
     seen: list[JSON] = []
     while True:
-        seen += submits(emu, len(seen))
+        fresh = submits(emu, len(seen))
+        seen += fresh
+        if fresh and on_new is not None:
+            on_new(fresh)
         if len({(s["thread_id"], s["run_id"]) for s in seen}) >= expected:
             return seen
         if time.monotonic() > deadline:

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 
-from bench.assistants import run_body, run_requests, runs_measurement, seed_runs, submits
+from bench.assistants import run_body, run_requests, runs_measurement, seed_runs, wait_submits
 from bench.config import Workload
 from bench.emu import JSON, Emulator
 from bench.engine import forget
@@ -36,9 +37,6 @@ from bench.figures import RUNS_FLOOR, Measurement
 from bench.measure import CpuSplit, Window
 from bench.stack import SUBMIT_QUEUE, BenchStack
 from dispatcher.devstack import Service
-
-#: Seconds between looks at the accepted submits when none was new (as the runs row waits).
-WAIT_EVERY = 0.25
 
 
 def run_runs_floor(
@@ -61,7 +59,7 @@ def run_runs_floor(
     with _api(f"{stack.origin}/v1", stack.env["OPENAI_API_KEY"]) as api:
         started, cpu = time.time(), time.process_time()
         published = _publish(api, workload, seeded.runs)
-        answered = _wait_and_read(api, emu, count, stack.config.timeout)
+        answered = wait_submits(emu, count, stack.config.timeout, _read_again(api))
         publish_cpu = time.process_time() - cpu
     closed = window.close()
     requests = run_requests(emu, started)
@@ -125,28 +123,17 @@ def _publish(api: httpx.Client, workload: Workload, runs: list[tuple[str, str]])
     return published
 
 
-def _wait_and_read(api: httpx.Client, emu: Emulator, expected: int, timeout: float) -> list[JSON]:
-    """Every submit, once ``expected`` runs have one; each run read once after its submit.
-
-    Raises:
-        TimeoutError: with how many arrived, when ``timeout`` passes first.
-    """
-    deadline = time.monotonic() + timeout
-    seen: list[JSON] = []
+def _read_again(api: httpx.Client) -> Callable[[list[JSON]], None]:
+    """What to do with new submits: read each submitted run once more (once only)."""
     read: set[tuple[str, str]] = set()
-    while True:
-        fresh = submits(emu, len(seen))
-        seen += fresh
+
+    def on_new(fresh: list[JSON]) -> None:
         for key in ((s["thread_id"], s["run_id"]) for s in fresh):
             if key not in read:
                 read.add(key)
                 _read(api, *key)
-        if len(read) >= expected:
-            return seen
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{len(seen)} submits after {timeout:.0f} s; expected {expected}")
-        if not fresh:
-            time.sleep(WAIT_EVERY)
+
+    return on_new
 
 
 def _waiting_calls(run: dict[str, Any]) -> list[tuple[str, Any]]:

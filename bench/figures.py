@@ -29,6 +29,8 @@ SYSTEMS = {
     THREADS: "thread pool",
     LOOP: "sequential loop",
 }
+#: Seconds of the window in which a latency run's busiest arrivals are counted.
+BUSIEST_WINDOW = 5.0
 
 
 @dataclass

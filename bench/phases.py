@@ -21,6 +21,7 @@ from bench.emu import (
     pushed_times,
     session_body,
 )
+from bench.figures import BUSIEST_WINDOW
 from bench.measure import Window, percentiles, tree_cpu
 from bench.stack import API_KEY, WEBHOOK_SECRET, BenchStack
 from dispatcher.client import AgentsClient
@@ -94,18 +95,46 @@ def arrivals(rate: float, duration: float, seed: int) -> list[float]:
     return offsets
 
 
+def busiest(offsets: list[float], window: float = BUSIEST_WINDOW) -> float:
+    """The most arrivals per second in any ``window`` seconds of ``offsets`` (sorted).
+
+    A Poisson run keeps its rate on average only: ten seconds of a 15 s run may run a tenth
+    above it, and on a path near its capacity that alone builds a queue, so each run
+    reports how hard its busiest stretch pushed.
+
+    Raises:
+        ValueError: ``window`` is not a positive number of seconds.
+    """
+    if not window > 0:
+        raise ValueError(f"the window must be positive seconds, not {window!r}")
+    most, start = 0, 0
+    for end, t in enumerate(offsets):
+        while t - offsets[start] >= window:
+            start += 1
+        most = max(most, end - start + 1)
+    return most / window
+
+
+def _busiest(offsets: list[float], seconds: float, calls: int) -> dict[str, float]:
+    """A latency run's busiest stretch of arrivals: its window and its calls per second."""
+    window = min(BUSIEST_WINDOW, seconds) if seconds > 0 else BUSIEST_WINDOW
+    return {"busiest_window_s": window, "busiest_calls_per_s": busiest(offsets, window) * calls}
+
+
 def repeated(run: Callable[[int], dict[str, Any]], reps: int) -> dict[str, Any]:
     """A latency phase run ``reps`` times: the run of median p95, with every run's p95.
 
     One 15 s run's p95 rests on its slowest few dozen sessions, so a busy second of the
     machine moves it far; the median of the repetitions (each with its own arrivals) and
-    their spread say what the path does and how much the machine moved it.
+    their spread say what the path does and how much the machine moved it. Each run's
+    busiest stretch of arrivals is kept beside its p95: the load moves it too.
     """
     runs = [run(rep) for rep in range(max(reps, 1))]
     ranked = sorted(runs, key=_p95)
     middle = dict(ranked[(len(ranked) - 1) // 2])
     middle["repetitions"] = len(runs)
     middle["p95_per_repetition"] = [r["latency"]["p95"] for r in runs]
+    middle["busiest_calls_per_s_per_repetition"] = [r["busiest_calls_per_s"] for r in runs]
     return middle
 
 
@@ -137,6 +166,7 @@ def run_half_load(
         "peak_calls_per_s": peak_calls_per_s,
         "rate_calls_per_s": rate * workload.calls,
         "rate_sessions_per_s": rate,
+        **_busiest(offsets, config.half_load_seconds, workload.calls),
         "seconds": config.half_load_seconds,
         "sessions": len(offsets),
         "batches": len(batches),
@@ -180,6 +210,7 @@ def run_push_load(
     both = [b for b in batches if b["session_id"] in pushed and b["session_id"] in retrieved]
     return {
         "rate_calls_per_s": rate * workload.calls,
+        **_busiest(offsets, config.half_load_seconds, workload.calls),
         "seconds": config.half_load_seconds,
         "sessions": len(offsets),
         "batches": len(batches),

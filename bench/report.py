@@ -12,6 +12,7 @@ from typing import Any
 
 from bench.figures import (
     ASSISTANTS,
+    BUSIEST_WINDOW,
     FLOOR,
     LOOP,
     RAW,
@@ -361,7 +362,13 @@ def _runs(phase: dict[str, Any]) -> str:
     if not p95s:
         return "one run"
     shown = ", ".join(_fmt(p, digits=3) for p in p95s)
-    return f"the median of {len(p95s)} runs by p95, p95 per run [{shown}]"
+    text = f"the median of {len(p95s)} runs by p95, p95 per run [{shown}]"
+    busiest = phase.get("busiest_calls_per_s_per_repetition")
+    if busiest:
+        rates = ", ".join(f"{b:.0f}" for b in busiest)
+        window = phase.get("busiest_window_s", BUSIEST_WINDOW)
+        text += f", the busiest {window:g} s of arrivals per run [{rates}] calls/s"
+    return text
 
 
 def _cpu(phase: dict[str, Any]) -> str:

@@ -167,6 +167,8 @@ def test_every_throughput_is_repeated_and_the_table_shows_the_median(bench: dict
         assert len(runs["toolfan_vs_raw_celery"]) == reps
     assert "calls/s per repetition" in bench["stdout"]
     assert bench["stdout"].count(f"the median of {reps} runs by p95, p95 per run [") == 3
+    # Beside each run's p95, its busiest stretch of arrivals (the quick runs are 3 s long).
+    assert bench["stdout"].count("], the busiest 3 s of arrivals per run [") == 3
     # How much of the machine another guest took during the run (Linux, so measured).
     stolen = data["info"]["cpu_stolen_share"]
     assert isinstance(stolen, float) and 0 <= stolen < 1
@@ -226,6 +228,9 @@ def test_ratios_idle_pass_and_half_load(bench: dict[str, Any]) -> None:
         p95s = phase["p95_per_repetition"]
         assert phase["repetitions"] == len(p95s) == reps and all(_positive(p) for p in p95s)
         assert phase["latency"]["p95"] == sorted(p95s)[(reps - 1) // 2]
+        busiest = phase["busiest_calls_per_s_per_repetition"]
+        assert len(busiest) == reps and all(_positive(b) for b in busiest)
+        assert phase["busiest_window_s"] == 3.0  # the quick run's length, under 5 s
         assert _positive(phase["cpu_ms_per_call"]["toolfan"]), phase["cpu_ms_per_call"]
         assert _positive(phase["cpu_ms_per_call"]["emulator"]), phase["cpu_ms_per_call"]
     _load_cpu_is_split_by_process(bench)

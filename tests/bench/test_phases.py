@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from typing import IO, Any, cast
 
 import pytest
 
-from bench.phases import ServicesCpu, _untracked_role, cpu_totals
+from bench.phases import ServicesCpu, _untracked_role, arrivals, busiest, cpu_totals
 from bench.stack import BenchStack
 
 pytestmark = pytest.mark.quick
@@ -76,3 +77,28 @@ def test_a_redis_server_child_is_redis_not_toolfan() -> None:
     assert _untracked_role(child.pid) == "other"  # gone: nothing to count
     totals = cpu_totals({"workers": 2.0, "redis": 0.5, "api": 0.25})
     assert totals == {"toolfan": 2.0, "emulator": 0.25, "redis": 0.5}
+
+
+def test_the_busiest_stretch_counts_a_burst_the_average_hides() -> None:
+    steady = [i / 8 for i in range(120)]  # 8 a second for 15 s (exact binary fractions)
+    burst = sorted([*steady, *(7 + i / 100 for i in range(30))])  # 30 more within 0.3 s
+
+    assert busiest(steady, 5.0) == pytest.approx(8.0)
+    assert busiest(burst, 5.0) == pytest.approx(14.0)  # (40 + 30) in the 5 s holding it
+    assert len(burst) / 15 == pytest.approx(10.0)  # what the run's average says
+    assert busiest([], 5.0) == 0.0
+    assert busiest([3.0], 5.0) == pytest.approx(0.2)
+
+
+def test_a_busiest_window_must_be_positive() -> None:
+    for window in (0.0, -1.0, math.nan):
+        with pytest.raises(ValueError, match="window"):
+            busiest([1.0], window)
+
+
+def test_seeded_runs_differ_in_their_busiest_stretch() -> None:
+    # The bench's default seeds: the third run's arrivals carry a busier stretch than the
+    # first's at the same average rate, which is why each run's figure is reported.
+    rate = 60.4
+    first, third = (busiest(arrivals(rate, 15.0, seed)) for seed in (1, 3))
+    assert third > 1.05 * rate > first

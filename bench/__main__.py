@@ -52,8 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
         "three baselines, polls idle sessions, and checks the performance targets. Writes "
         "bench.json, bench.txt and bench.png to --out. Exits 0 even when a target fails.",
         epilog="Also: 'python -m bench curves --help' (cost curves against raw Celery), "
-        "'python -m bench soak --help' (a long mixed load with faults) and 'python -m bench "
-        "anatomy --help' (one call's execute, part by part).",
+        "'python -m bench soak --help' (a long mixed load with faults), 'python -m bench "
+        "anatomy --help' (one call's execute, part by part) and 'python -m bench remote "
+        "--help' (an API that answers later, on two worker layouts).",
     )
     defaults = BenchConfig()
     for flag, field, kind, text in NUMBERS:
@@ -96,7 +97,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig:
 
 
 #: ``python -m bench NAME ...``: the other runs, each a module with its own ``main(argv)``.
-SUBCOMMANDS = ("anatomy", "curves", "soak")
+SUBCOMMANDS = ("anatomy", "curves", "remote", "soak")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

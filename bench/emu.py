@@ -49,14 +49,21 @@ class Emulator:
 
     def __init__(self, origin: str) -> None:
         self.http = httpx.Client(base_url=f"{origin}/_emulator", timeout=60)
+        #: Seconds the stand-in adds before every answer of its API, kept across resets.
+        self.latency = 0.0
 
     def close(self) -> None:
         """Close the connection pool."""
         self.http.close()
 
     def reset(self) -> None:
-        """Forget sessions, batches and the request log: every phase starts empty."""
+        """Forget sessions, batches and the request log: every phase starts empty.
+
+        The stand-in's faults are reset too, but for :attr:`latency`, set again.
+        """
         self.http.post("/reset").raise_for_status()
+        if self.latency:
+            self.http.put("/faults", json={"latency": self.latency}).raise_for_status()
 
     def seed(self, bodies: Sequence[JSON]) -> list[Seeded]:
         """Create sessions in bulk requests of :data:`SEED_CHUNK`."""

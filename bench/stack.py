@@ -198,16 +198,24 @@ class BenchStack(Stack):
 
         Every queue, INFO logs, mingle and gossip, as a user's; and a name to ping it by.
         """
-        name = f"bench-{workload.name}{index}-{uuid.uuid4().hex[:6]}"
-        argv = ["worker", "-n", f"{name}@%h"]
+        options: list[str] = []
         if workload.concurrency is not None:
-            argv += ["-c", str(workload.concurrency)]
+            options += ["-c", str(workload.concurrency)]
         if workload.pool is not None:
-            argv += ["-P", workload.pool]
-        log = self.workdir / f"worker-{workload.name}{index}.log"
+            options += ["-P", workload.pool]
+        return self.worker(options, f"{workload.name}{index}")
+
+    def worker(self, options: list[str], label: str) -> Service:
+        """``toolfan worker OPTIONS``, named after ``label``, once it answers a ping.
+
+        Its log is ``worker-LABEL.log``; its CPU counts under the role ``workers``.
+        """
+        name = f"bench-{label}-{uuid.uuid4().hex[:6]}"
+        argv = ["worker", "-n", f"{name}@%h", *options]
+        log = self.workdir / f"worker-{label}.log"
         service = self.track(Service(argv, log, self.env), "workers")
         try:
-            wait_for(lambda: _pong(service, name), 90, f"the {workload.name} worker", 0.2)
+            wait_for(lambda: _pong(service, name), 90, f"the {label} worker", 0.2)
         except BaseException:
             service.stop()
             raise

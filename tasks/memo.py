@@ -7,10 +7,15 @@ dispatched is known to be in flight while two things hold: its claim still carri
 token this process wrote (one GET per batch, not two reads plus one per call), and its
 dispatch is neither stale nor near its actions' expiry, the two cases a poller must act
 on. Past that moment the batch is read in full again, as any other.
+
+A worker on threads runs several push and poll tasks of one process at once, all on the
+process's one poller, so the memo takes a lock around each use: entries expire and are
+forgotten by one thread while another reads them.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -34,6 +39,7 @@ class DispatchMemo:
     def __init__(self, limit: int = LIMIT) -> None:
         self._limit = limit
         self._entries: dict[str, Dispatched] = {}
+        self._lock = threading.Lock()
 
     def remember(
         self, batch_id: str, token: str, calls: Iterable[tuple[str, str]], until: float
@@ -41,34 +47,38 @@ class DispatchMemo:
         """Trust ``token``'s claim on these calls until ``until`` (``time.time()``)."""
         if until <= time.time():
             return
-        self._entries.pop(batch_id, None)
-        self._entries[batch_id] = Dispatched(token, frozenset(calls), until)
-        while len(self._entries) > self._limit:
-            del self._entries[next(iter(self._entries))]
+        entry = Dispatched(token, frozenset(calls), until)
+        with self._lock:
+            self._entries.pop(batch_id, None)
+            self._entries[batch_id] = entry
+            while len(self._entries) > self._limit:
+                del self._entries[next(iter(self._entries))]
 
     def prune(self) -> None:
         """Forget dispatches past their moment (their batches may never be listed again)."""
         now = time.time()
-        for batch_id in [s for s, e in self._entries.items() if now >= e.until]:
-            del self._entries[batch_id]
+        with self._lock:
+            for batch_id in [s for s, e in self._entries.items() if now >= e.until]:
+                del self._entries[batch_id]
 
     def knows(self, batch_id: str) -> bool:
         """Whether the batch is remembered and not yet due for a full read."""
-        entry = self._entries.get(batch_id)
+        entry = self._entries.get(batch_id)  # one read: atomic without the lock
         return entry is not None and time.time() < entry.until
 
     def candidates(self, batch_ids: Iterable[str]) -> list[str]:
         """The batches worth a claim check: remembered and not yet due for a full read."""
         now = time.time()
         found = []
-        for batch_id in batch_ids:
-            entry = self._entries.get(batch_id)
-            if entry is None:
-                continue
-            if now >= entry.until:
-                del self._entries[batch_id]
-                continue
-            found.append(batch_id)
+        with self._lock:
+            for batch_id in batch_ids:
+                entry = self._entries.get(batch_id)
+                if entry is None:
+                    continue
+                if now >= entry.until:
+                    del self._entries[batch_id]
+                    continue
+                found.append(batch_id)
         return found
 
     def in_flight(self, batch_id: str, owner: str | None, calls: Iterable[tuple[str, str]]) -> bool:
@@ -77,15 +87,17 @@ class DispatchMemo:
         A claim held by another token, or none at all (submitted, abandoned, expired),
         means the batch must be read in full; so does a call this process never sent.
         """
-        entry = self._entries.get(batch_id)
-        if entry is None or owner != entry.token or time.time() >= entry.until:
-            self._entries.pop(batch_id, None)
-            return False
+        with self._lock:
+            entry = self._entries.get(batch_id)
+            if entry is None or owner != entry.token or time.time() >= entry.until:
+                self._entries.pop(batch_id, None)
+                return False
         return entry.calls.issuperset(calls)
 
     def clear(self) -> None:
         """Forget every dispatch: each batch is read in full on the next pass."""
-        self._entries.clear()
+        with self._lock:
+            self._entries.clear()
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -1,5 +1,7 @@
 """The poller's memo of its own dispatches: when it may skip a session without a full read."""
 
+import sys
+import threading
 import time
 
 from tasks.memo import DispatchMemo
@@ -49,3 +51,36 @@ def test_the_oldest_dispatches_are_forgotten_beyond_the_limit():
     for i in range(3):
         memo.remember(f"sess_{i}", "tok", CALLS, time.time() + 60)
     assert memo.candidates(["sess_0", "sess_1", "sess_2"]) == ["sess_1", "sess_2"]
+
+
+def test_threads_sharing_a_memo_never_trip_over_each_others_forgetting() -> None:
+    # A worker on threads runs push and poll tasks of one process at once, all on the
+    # process's one poller and memo: entries expire, get pruned and are replaced under
+    # each other's feet, and no call may raise for it.
+    memo = DispatchMemo(limit=8)
+    failures: list[BaseException] = []
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # hand the interpreter over as often as it can
+
+    def churn(seed: int) -> None:
+        try:
+            for i in range(3000):
+                key = f"s{(seed + i) % 12}"
+                memo.remember(key, "t", [("turn", "c")], time.time() + 0.0005)
+                memo.candidates([f"s{j}" for j in range(12)])
+                memo.in_flight(key, "t", [("turn", "c")])
+                if i % 7 == 0:
+                    memo.prune()
+        except BaseException as exc:  # collected: the test fails on any of them
+            failures.append(exc)
+
+    threads = [threading.Thread(target=churn, args=(n,)) for n in range(8)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert failures == []
+    assert len(memo) <= 8

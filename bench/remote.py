@@ -200,6 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=str(bench.out), help=f"output directory ({bench.out})")
     p.add_argument("--redis-url", default=None, help="Redis server (default: TOOLFAN_REDIS_URL's)")
     p.add_argument("--private-redis", action="store_true", help="start a private redis-server")
+    p.add_argument("--broker-db", type=int, default=bench.broker_db, help="broker database (4)")
+    p.add_argument(
+        "--ledger-db", type=int, default=bench.ledger_db, help="results and ledger database (5)"
+    )
     return p
 
 
@@ -229,6 +233,8 @@ def parse_config(argv: Sequence[str]) -> RemoteConfig:
         calls=args.calls,
         redis_url=args.redis_url,
         private_redis=args.private_redis,
+        broker_db=args.broker_db,
+        ledger_db=args.ledger_db,
     )
     return RemoteConfig(latencies, args.pairs, args.threads, args.concurrency, bench)
 

@@ -119,10 +119,12 @@ def path(relative: str) -> Path:
 
 
 def check_worker_groups(groups: dict[str, Command]) -> None:
-    """Every example queue is consumed by some group, the control queues by the default one.
+    """Every example queue is consumed by some group, the control queues by one of threads.
 
     Also: every group names its queues (a worker without ``-Q`` would consume everything,
-    defeating the groups), its own pool and concurrency, and no unknown queue.
+    defeating the groups), its own pool and concurrency, and no unknown queue. The control
+    group serves toolfan's own queues alone, on threads: their tasks mostly wait on the API,
+    and a prefork process held by such a wait is one a tool call cannot use.
     """
     expected = example_queues()
     consumed: set[str] = set()
@@ -133,6 +135,8 @@ def check_worker_groups(groups: dict[str, Command]) -> None:
         assert command.gives("-c", "--concurrency"), f"{name}: no concurrency of its own (-c)"
         consumed |= set(command.queues)
     assert consumed == expected, f"queues nobody consumes: {expected - consumed}"
-    default = [c for n, c in groups.items() if "default" in n]
-    assert len(default) == 1, "one default group"
-    assert set(default[0].queues) >= CONTROL_QUEUES
+    control = [c for n, c in groups.items() if "control" in n]
+    assert len(control) == 1, "one control group"
+    assert set(control[0].queues) == CONTROL_QUEUES
+    assert control[0].options["pool"].__module__.endswith("thread"), "control group on threads"
+    assert not any(set(c.queues) & CONTROL_QUEUES for n, c in groups.items() if "control" not in n)

@@ -26,7 +26,15 @@ SHARED_ENV = {
     "OPENAI_API_KEY": "${OPENAI_API_KEY:-demo}",
     "TOOLFAN_HANDLERS": "${TOOLFAN_HANDLERS:-handlers.examples}",
 }
-TOOLFAN_SERVICES = {"worker-default", "worker-slow", "poller", "beat", "flower", "webhook"}
+TOOLFAN_SERVICES = {
+    "worker-default",
+    "worker-slow",
+    "worker-control",
+    "poller",
+    "beat",
+    "flower",
+    "webhook",
+}
 
 
 @pytest.fixture(scope="module")
@@ -88,14 +96,14 @@ def test_worker_groups_consume_every_queue(services):
         for name, s in services.items()
         if s.get("command", [None, None])[:2] == ["toolfan", "worker"]
     }
-    assert set(groups) == {"worker-default", "worker-slow"}
+    assert set(groups) == {"worker-default", "worker-slow", "worker-control"}
     check_worker_groups(groups)
     assert groups["worker-default"].options["pool"].__module__.endswith("prefork")
     assert groups["worker-slow"].options["pool"].__module__.endswith("thread")
 
 
 def test_workers_serve_metrics_from_a_fresh_multiproc_dir(services):
-    for name in ("worker-default", "worker-slow"):
+    for name in ("worker-default", "worker-slow", "worker-control"):
         env = services[name]["environment"]
         assert env["TOOLFAN_METRICS_PORT"] == "9808"
         assert env["PROMETHEUS_MULTIPROC_DIR"] in services[name]["tmpfs"]

@@ -82,6 +82,7 @@ def test_k8s_manifests_have_the_expected_kinds():
         ("Deployment", "toolfan-flower"),
         ("Deployment", "toolfan-poller"),
         ("Deployment", "toolfan-webhook"),
+        ("Deployment", "toolfan-worker-control"),
         ("Deployment", "toolfan-worker-default"),
         ("Deployment", "toolfan-worker-slow"),
         ("Secret", "toolfan-flower"),
@@ -253,7 +254,7 @@ def test_systemd_worker_template_runs_each_group_from_its_env_file():
     assert worker["Environment"] == ["PROMETHEUS_MULTIPROC_DIR=/run/toolfan-worker-%i"]
     assert worker["KillMode"] == ["mixed"], "warm shutdown: SIGTERM to the main process only"
     groups = {}
-    for group in ("default", "slow"):
+    for group in ("default", "slow", "control"):
         env = env_file(f"worker-{group}.env")
         groups[f"worker-{group}"] = exec_start(worker["ExecStart"][0], env)
         assert env["TOOLFAN_METRICS_PORT"]

@@ -97,7 +97,11 @@ def fleet(stack: BenchStack, layout: str, config: RemoteConfig) -> Iterator[list
 def measure_layout(
     stack: BenchStack, emu: Emulator, layout: str, config: RemoteConfig
 ) -> list[Pair]:
-    """One pair per added answer time on one layout's workers (a warm-up before each)."""
+    """One pair per added answer time on one layout's workers.
+
+    Raw Celery runs with no poller beside it, so no poll pass lands in its figures; toolfan
+    runs a warm-up batch before each measured run, as in the bench.
+    """
     workload = stack.config.workloads()[0]
     pairs = []
     with fleet(stack, layout, config) as workers:
@@ -105,9 +109,9 @@ def measure_layout(
         run_raw(stack, workload, workers, WARM_UP)
         for latency in config.latencies:
             emu.latency = latency
+            raw = run_raw(stack, workload, workers)  # no poller beside it, as in the bench
             with stack.poller() as poller:
                 run_toolfan(stack, emu, workload, (workers, poller), WARM_UP)
-                raw = run_raw(stack, workload, workers)
                 ours = run_toolfan(stack, emu, workload, (workers, poller))
             pair = Pair(layout, latency, raw.calls_per_s, ours.calls_per_s, ours.seconds)
             say(
@@ -138,7 +142,7 @@ def measure(config: RemoteConfig) -> list[Pair]:
 
 
 def lines(pairs: list[Pair], config: RemoteConfig) -> list[str]:
-    """The table: per added answer time, each layout's calls/s and ratio (median, range)."""
+    """The table: per added answer time, each layout's median calls/s and ratio; each pair's."""
     out = [
         f"no-op calls/s and their ratio to raw Celery's chords, the API answering later "
         f"({config.bench.sessions} sessions x {config.bench.calls} calls; 'split' runs the "

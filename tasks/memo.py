@@ -68,10 +68,10 @@ class DispatchMemo:
 
     def candidates(self, batch_ids: Iterable[str]) -> list[str]:
         """The batches worth a claim check: remembered and not yet due for a full read."""
-        now = time.time()
+        now, wanted = time.time(), list(batch_ids)  # read before the lock: it may be lazy
         found = []
         with self._lock:
-            for batch_id in batch_ids:
+            for batch_id in wanted:
                 entry = self._entries.get(batch_id)
                 if entry is None:
                     continue

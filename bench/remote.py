@@ -6,9 +6,11 @@ every queue, each such wait holds a pool process that could run calls, so the AP
 time caps the batches a second. This measures the no-op workload on two layouts, with the
 API stand-in adding ``--latencies`` seconds before every answer:
 
-* ``one``: one ``toolfan worker`` with its defaults, on every queue (the bench's own row);
-* ``split``: the same worker on the function queue only, and the control queues on a
-  worker of ``--threads`` threads (``-P threads``), as the shipped ops files run them.
+* ``one``: one prefork worker on every queue (``toolfan worker`` with
+  ``TOOLFAN_CONTROL_THREADS=0``, what it was before it started a control worker);
+* ``split``: ``toolfan worker`` with its defaults: its prefork pool on the function queue,
+  and the control worker it starts beside it on the control queues, of ``--threads``
+  threads (``TOOLFAN_CONTROL_THREADS``), as the shipped ops files run them too.
 
 Each measurement is a pair on one stack: raw Celery's chords of the same calls (no API,
 so no wait; their callbacks run on ``toolfan.submit`` like toolfan's) and toolfan's row,
@@ -28,7 +30,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench.config import BenchConfig, Workload
+from bench.config import BenchConfig
 from bench.emu import Emulator
 from bench.engine import run_raw, run_toolfan
 from bench.run import WARM_UP, say, use_stack_env
@@ -66,32 +68,21 @@ class Pair:
         return self.toolfan_calls_per_s / self.raw_calls_per_s
 
 
-def layout_options(layout: str, workload: Workload, config: RemoteConfig) -> list[list[str]]:
-    """The ``toolfan worker`` options of each worker of a layout."""
-    from tasks.queues import ControlQueue  # after use_stack_env: it loads toolfan's app
-
-    own = ["-c", str(config.concurrency)] if config.concurrency else []
-    if layout == "one":
-        return [own]
-    control = ",".join(q.value for q in ControlQueue)
-    return [
-        ["-Q", workload.queue, *own],
-        ["-Q", control, "-P", "threads", "-c", str(config.threads)],
-    ]
+def layout_env(layout: str, config: RemoteConfig) -> dict[str, str]:
+    """The environment a layout's ``toolfan worker`` adds: its control worker's threads."""
+    threads = 0 if layout == "one" else config.threads
+    return {"TOOLFAN_CONTROL_THREADS": str(threads)}
 
 
 @contextmanager
 def fleet(stack: BenchStack, layout: str, config: RemoteConfig) -> Iterator[list[Service]]:
-    """The workers of one layout, stopped on the way out."""
-    workload = stack.config.workloads()[0]
-    services: list[Service] = []
+    """The ``toolfan worker`` of one layout, stopped on the way out."""
+    options = ["-c", str(config.concurrency)] if config.concurrency else []
+    worker = stack.worker(options, layout, layout_env(layout, config))
     try:
-        for i, options in enumerate(layout_options(layout, workload, config)):
-            services.append(stack.worker(options, f"{layout}{i}"))
-        yield services
+        yield [worker]
     finally:
-        for service in services:
-            service.stop()
+        worker.stop()
 
 
 def measure_layout(
@@ -145,8 +136,9 @@ def lines(pairs: list[Pair], config: RemoteConfig) -> list[str]:
     """The table: per added answer time, each layout's median calls/s and ratio; each pair's."""
     out = [
         f"no-op calls/s and their ratio to raw Celery's chords, the API answering later "
-        f"({config.bench.sessions} sessions x {config.bench.calls} calls; 'split' runs the "
-        f"control queues on {config.threads} threads)",
+        f"({config.bench.sessions} sessions x {config.bench.calls} calls; 'split' is toolfan "
+        f"worker's default, a control worker of {config.threads} threads beside the pool; "
+        f"'one' is TOOLFAN_CONTROL_THREADS=0)",
         f"{'added':>8} {'layout':>6} {'calls/s':>9} {'ratio':>6}  per pair",
     ]
     for latency in config.latencies:
@@ -179,8 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m bench remote",
         description="No-op throughput against raw Celery while the API stand-in answers "
-        "later, on one worker of every queue and on a function worker beside a threads "
-        "worker of the control queues. Writes remote.json and remote.txt to --out.",
+        "later, on one worker of every queue (TOOLFAN_CONTROL_THREADS=0) and on toolfan "
+        "worker's default, a prefork pool beside a control worker of threads. Writes "
+        "remote.json and remote.txt to --out.",
     )
     shown = ",".join(f"{x:g}" for x in defaults.latencies)
     p.add_argument(
@@ -190,7 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--pairs", type=int, default=defaults.pairs, help="rounds of each (2)")
     p.add_argument(
-        "--threads", type=int, default=defaults.threads, help="the control worker's threads (16)"
+        "--threads",
+        type=int,
+        default=defaults.threads,
+        help="the control worker's threads (TOOLFAN_CONTROL_THREADS; 16)",
     )
     p.add_argument(
         "--concurrency",

@@ -11,7 +11,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -205,15 +205,19 @@ class BenchStack(Stack):
             options += ["-P", workload.pool]
         return self.worker(options, f"{workload.name}{index}")
 
-    def worker(self, options: list[str], label: str) -> Service:
+    def worker(
+        self, options: list[str], label: str, env: Mapping[str, str] | None = None
+    ) -> Service:
         """``toolfan worker OPTIONS``, named after ``label``, once it answers a ping.
 
-        Its log is ``worker-LABEL.log``; its CPU counts under the role ``workers``.
+        Its log is ``worker-LABEL.log``; its CPU (its control worker's included) counts
+        under the role ``workers``. ``env`` adds to the bench's environment. A worker that
+        starts a control worker answers only once that one consumes too.
         """
         name = f"bench-{label}-{uuid.uuid4().hex[:6]}"
         argv = ["worker", "-n", f"{name}@%h", *options]
         log = self.workdir / f"worker-{label}.log"
-        service = self.track(Service(argv, log, self.env), "workers")
+        service = self.track(Service(argv, log, {**self.env, **(env or {})}), "workers")
         try:
             wait_for(lambda: _pong(service, name), 90, f"the {label} worker", 0.2)
         except BaseException:

@@ -146,6 +146,13 @@ class Settings(BaseModel):
         description="pool processes (threads, greenlets) of a worker started without -c; "
         "0: twice the CPUs it may use",
     )
+    control_threads: int = Field(
+        16,
+        ge=0,
+        le=1000,
+        description="threads of the control worker a toolfan worker without -Q starts "
+        "beside its prefork pool; 0: one worker on every queue",
+    )
     policy: str | None = Field(
         None, description="module:function deciding every call of a tool without authorize="
     )

@@ -1,0 +1,117 @@
+"""A bare ``toolfan worker`` is two Celery workers, started, restarted and stopped together.
+
+Its prefork pool consumes the function queues; the control worker it starts consumes
+toolfan's own queues on threads, so a delivery waiting for the API holds no pool process.
+Each test runs a worker of its own on Redis databases 2 (broker) and 3 (ledger), flushed at
+start and end, so it never takes the suite's messages (its queues are every queue).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+from celery import Celery
+
+from tasks.queues import ControlQueue
+from tasks.settings import load_registry
+from tests.conftest import worker_env
+from tests.owned import OwnedDatabases
+from tests.services import Worker, wait_for
+
+pytestmark = pytest.mark.slow
+
+BROKER_DB, LEDGER_DB = 2, 3
+
+
+@dataclass
+class Bare:
+    """The running worker, its two node names, and a Celery client of its broker."""
+
+    worker: Worker
+    pool: str
+    control: str
+    client: Celery
+
+    def control_pid(self) -> int | None:
+        """The pid of the control worker process (a child of the main process), if alive."""
+        for child in psutil.Process(self.worker.proc.pid).children():
+            if "tasks.control_worker" in " ".join(child.cmdline()):
+                return child.pid
+        return None
+
+    def pings(self, node: str) -> bool:
+        return bool(self.client.control.ping(destination=[node], timeout=1.0))
+
+
+@pytest.fixture
+def bare(tmp_path: Path, emulator: object) -> Iterator[Bare]:
+    """The worker, once its pool consumes (the API is the suite's emulator)."""
+    base = re.sub(r"/\d+$", "", os.environ["TOOLFAN_REDIS_URL"])
+    databases = OwnedDatabases(base, (BROKER_DB, LEDGER_DB), "control-worker")
+    databases.flush()
+    env = worker_env(
+        TOOLFAN_REDIS_URL=f"{base}/{LEDGER_DB}", TOOLFAN_BROKER_URL=f"{base}/{BROKER_DB}"
+    )
+    name, host = f"bare{uuid.uuid4().hex[:6]}", socket.gethostname()
+    options = ["-c", "1", "-n", f"{name}@%h", "--without-mingle", "--without-gossip"]
+    worker = Worker(options, tmp_path / "worker.log", env)
+    client = Celery(
+        broker=f"{base}/{BROKER_DB}", set_as_current=False
+    )  # leave the suite's app current
+    try:
+        worker.wait_for_output(f"{name}@{host} ready.")
+        yield Bare(worker, f"{name}@{host}", f"{name}-control@{host}", client)
+    finally:
+        worker.stop()
+        client.close()
+        databases.flush()
+
+
+def test_the_pool_takes_the_function_queues_and_the_control_worker_the_control_queues(
+    bare: Bare,
+) -> None:
+    inspect = bare.client.control.inspect(destination=[bare.pool, bare.control], timeout=2)
+    queues = {node: {q["name"] for q in qs} for node, qs in (inspect.active_queues() or {}).items()}
+    control = {q.value for q in ControlQueue}
+    assert queues == {bare.pool: set(load_registry().queues()) - control, bare.control: control}
+    stats = inspect.stats() or {}
+    assert stats[bare.pool]["pool"]["max-concurrency"] == 1
+    assert "prefork" in stats[bare.pool]["pool"]["implementation"]
+    assert stats[bare.control]["pool"]["max-concurrency"] == 16
+    assert "thread" in stats[bare.control]["pool"]["implementation"]
+
+
+def test_a_killed_control_worker_is_started_again(bare: Bare) -> None:
+    first = bare.control_pid()
+    assert first is not None
+    os.kill(first, signal.SIGKILL)
+    wait_for(lambda: "starting it again" in bare.worker.log(), 30, "the restart's log line")
+    second = wait_for(lambda: bare.control_pid() not in (None, first), 30, "a new control worker")
+    assert second
+    wait_for(lambda: bare.pings(bare.control), 60, "the new control worker to answer")
+    assert bare.pings(bare.pool)
+
+
+def test_sigterm_to_the_main_process_alone_stops_both_warm(bare: Bare) -> None:
+    child = bare.control_pid()
+    assert child is not None
+    os.kill(bare.worker.proc.pid, signal.SIGTERM)  # systemd's KillMode=mixed, docker stop
+    assert bare.worker.proc.wait(30) == 0
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == "zombie"
+    assert bare.worker.log().count("Warm shutdown (MainProcess)") == 2
+
+
+def test_the_control_worker_dies_with_a_killed_main_process(bare: Bare) -> None:
+    child = bare.control_pid()
+    assert child is not None
+    os.kill(bare.worker.proc.pid, signal.SIGKILL)  # an OOM kill of the main process alone
+    wait_for(lambda: not psutil.pid_exists(child), 30, "the orphaned control worker to stop")

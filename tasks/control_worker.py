@@ -224,6 +224,10 @@ class ControlWorker:
             os.close(write)
         with self._lock:
             self.proc = proc
+            stopping = self._stopping.is_set()
+        if stopping:  # a shutdown came while the watcher was restarting it: pass it on
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
         return proc, read
 
     def _watch(self) -> None:

@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -115,3 +116,18 @@ def test_the_control_worker_dies_with_a_killed_main_process(bare: Bare) -> None:
     assert child is not None
     os.kill(bare.worker.proc.pid, signal.SIGKILL)  # an OOM kill of the main process alone
     wait_for(lambda: not psutil.pid_exists(child), 30, "the orphaned control worker to stop")
+
+
+def test_a_shutdown_during_the_restart_back_off_starts_no_new_control_worker(bare: Bare) -> None:
+    first = bare.control_pid()
+    assert first is not None
+    os.kill(first, signal.SIGKILL)
+    wait_for(lambda: "starting it again" in bare.worker.log(), 30, "the restart's log line")
+    os.kill(bare.worker.proc.pid, signal.SIGTERM)  # within the first back-off's second
+    assert bare.worker.proc.wait(30) == 0
+    time.sleep(2)  # past the back-off: a restarted control worker would be up by now
+    assert bare.worker.log().count(f"{bare.control} ready.") == 1
+    local = bare.control.split("@")[0]  # "<name>-control", in its -n option
+    assert local not in " ".join(
+        " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -49,8 +50,18 @@ def _structured_logs(logger: logging.Logger, **kwargs: Any) -> None:
 @worker_init.connect
 def _serve_metrics(**kwargs: Any) -> None:
     port = metrics.port_from_env()
-    if port is not None:
+    if port is None:
+        return
+    try:
         metrics.serve(port)
+    except OSError as exc:
+        # Celery swallows a worker_init receiver's error before logging is set up, so a
+        # port already taken would leave the worker without its endpoint and no word of it.
+        print(
+            f"toolfan: error: no metrics endpoint: TOOLFAN_METRICS_PORT={port}: {exc}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 _HEART: list[liveness.Heart] = []

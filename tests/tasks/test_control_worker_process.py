@@ -15,18 +15,22 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 from celery import Celery
+from kombu import Connection
 
 from tasks.queues import ControlQueue
 from tasks.settings import load_registry
+from tests.calls import agents_call
 from tests.conftest import worker_env
 from tests.owned import OwnedDatabases
-from tests.services import Worker, wait_for
+from tests.services import Worker, free_port, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -53,21 +57,19 @@ class Bare:
         return bool(self.client.control.ping(destination=[node], timeout=1.0))
 
 
-@pytest.fixture
-def bare(tmp_path: Path, emulator: object) -> Iterator[Bare]:
-    """The worker, once its pool consumes (the API is the suite's emulator)."""
+@contextmanager
+def running_bare(tmp_path: Path, **extra: str) -> Iterator[Bare]:
+    """A bare worker on databases 2 and 3, once its pool consumes; ``extra`` env added."""
     base = re.sub(r"/\d+$", "", os.environ["TOOLFAN_REDIS_URL"])
     databases = OwnedDatabases(base, (BROKER_DB, LEDGER_DB), "control-worker")
     databases.flush()
     env = worker_env(
-        TOOLFAN_REDIS_URL=f"{base}/{LEDGER_DB}", TOOLFAN_BROKER_URL=f"{base}/{BROKER_DB}"
+        TOOLFAN_REDIS_URL=f"{base}/{LEDGER_DB}", TOOLFAN_BROKER_URL=f"{base}/{BROKER_DB}", **extra
     )
     name, host = f"bare{uuid.uuid4().hex[:6]}", socket.gethostname()
     options = ["-c", "1", "-n", f"{name}@%h", "--without-mingle", "--without-gossip"]
     worker = Worker(options, tmp_path / "worker.log", env)
-    client = Celery(
-        broker=f"{base}/{BROKER_DB}", set_as_current=False
-    )  # leave the suite's app current
+    client = Celery(broker=f"{base}/{BROKER_DB}", set_as_current=False)  # the suite's stays
     try:
         worker.wait_for_output(f"{name}@{host} ready.")
         yield Bare(worker, f"{name}@{host}", f"{name}-control@{host}", client)
@@ -75,6 +77,13 @@ def bare(tmp_path: Path, emulator: object) -> Iterator[Bare]:
         worker.stop()
         client.close()
         databases.flush()
+
+
+@pytest.fixture
+def bare(tmp_path: Path, emulator: object) -> Iterator[Bare]:
+    """The worker, once its pool consumes (the API is the suite's emulator)."""
+    with running_bare(tmp_path) as worker:
+        yield worker
 
 
 def test_the_pool_takes_the_function_queues_and_the_control_worker_the_control_queues(
@@ -131,3 +140,41 @@ def test_a_shutdown_during_the_restart_back_off_starts_no_new_control_worker(bar
     assert local not in " ".join(
         " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])
     )
+
+
+def test_the_pool_s_metrics_endpoint_serves_the_control_worker_s_samples(
+    tmp_path: Path, emulator: object
+) -> None:
+    """One endpoint per ``toolfan worker``: the control worker must not bind the same port.
+
+    A call of a function nobody registered goes to ``toolfan.submit``, so the control worker
+    answers it, and its counter reaches the pool's endpoint through the shared directory.
+    """
+    port = free_port()
+    env = {"TOOLFAN_METRICS_PORT": str(port), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "m")}
+    (tmp_path / "m").mkdir()
+    with running_bare(tmp_path, **env) as bare:
+        with Connection(bare.client.conf.broker_url) as connection:
+            call = agents_call(f"sess_{uuid.uuid4().hex[:8]}", "turn_1", "call_1", "nope", {})
+            call.apply_async(connection=connection)
+
+        def counted() -> bool:
+            with httpx.Client() as http:
+                text = http.get(f"http://127.0.0.1:{port}/metrics").text
+            return 'outcome="unknown_function"' in text
+
+        wait_for(counted, 30, "the control worker's call on the pool's endpoint", 0.5)
+        # The main process serves it: had the control worker (started first) taken the
+        # port, the pool's own endpoint would have failed to bind, with no line saying so.
+        listening = psutil.Process(bare.worker.proc.pid).net_connections(kind="tcp")
+        assert any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in listening)
+        assert "starting it again" not in bare.worker.log()
+
+
+def test_a_metrics_port_already_taken_is_reported(tmp_path: Path, emulator: object) -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with running_bare(tmp_path, TOOLFAN_METRICS_PORT=str(port)) as bare:
+            assert f"no metrics endpoint: TOOLFAN_METRICS_PORT={port}" in bare.worker.log()

@@ -214,9 +214,10 @@ class ControlWorker:
         read, write = os.pipe()
         env = {**os.environ, READY_FD: str(write), PARENT_PID: str(os.getpid())}
         env.pop("TOOLFAN_METRICS_PORT", None)  # the pool serves every process's samples
+        env["PYTHONPATH"] = import_path()
         try:
             proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-                [sys.executable, "-m", "tasks.control_worker", *self.options],
+                [sys.executable, "-P", "-m", "tasks.control_worker", *self.options],
                 env=env,
                 pass_fds=(write,),
             )
@@ -257,6 +258,20 @@ class ControlWorker:
             _, ready = self._spawn()
             os.close(ready)
             delay = min(delay * 2, RESTART_MAX)
+
+
+def import_path() -> str:
+    """The control worker's ``PYTHONPATH``: the pool's first import path, then its own.
+
+    ``python -m`` would put the working directory first, where a project's own ``tasks.py``
+    (a Celery habit) would hide toolfan's ``tasks`` package from the control worker alone.
+    So it runs with ``-P``, which leaves that out, and gets the pool's first entry instead
+    (its script's directory, or the directory ``python -m`` gave it): whatever the pool
+    imports, the control worker imports the same.
+    """
+    first = os.path.abspath(sys.path[0]) if sys.path and sys.path[0] else os.getcwd()
+    rest = os.environ.get("PYTHONPATH", "")
+    return os.pathsep.join(p for p in (first, rest) if p)
 
 
 def _await_ready(proc: subprocess.Popen[bytes], ready: int, timeout: float) -> bool:

@@ -12,6 +12,8 @@ import os
 import re
 import signal
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -57,19 +59,29 @@ class Bare:
         return bool(self.client.control.ping(destination=[node], timeout=1.0))
 
 
-@contextmanager
-def running_bare(tmp_path: Path, **extra: str) -> Iterator[Bare]:
-    """A bare worker on databases 2 and 3, once its pool consumes; ``extra`` env added."""
+def own_databases(**extra: str) -> tuple[OwnedDatabases, dict[str, str]]:
+    """Databases 2 and 3, flushed, and a worker environment using them (``extra`` added)."""
     base = re.sub(r"/\d+$", "", os.environ["TOOLFAN_REDIS_URL"])
     databases = OwnedDatabases(base, (BROKER_DB, LEDGER_DB), "control-worker")
     databases.flush()
     env = worker_env(
         TOOLFAN_REDIS_URL=f"{base}/{LEDGER_DB}", TOOLFAN_BROKER_URL=f"{base}/{BROKER_DB}", **extra
     )
+    return databases, env
+
+
+def options(name: str) -> list[str]:
+    """A bare worker's options: one pool process, a name, no chatter with the suite's."""
+    return ["-c", "1", "-n", f"{name}@%h", "--without-mingle", "--without-gossip"]
+
+
+@contextmanager
+def running_bare(tmp_path: Path, **extra: str) -> Iterator[Bare]:
+    """A bare worker on databases 2 and 3, once its pool consumes; ``extra`` env added."""
+    databases, env = own_databases(**extra)
     name, host = f"bare{uuid.uuid4().hex[:6]}", socket.gethostname()
-    options = ["-c", "1", "-n", f"{name}@%h", "--without-mingle", "--without-gossip"]
-    worker = Worker(options, tmp_path / "worker.log", env)
-    client = Celery(broker=f"{base}/{BROKER_DB}", set_as_current=False)  # the suite's stays
+    worker = Worker(options(name), tmp_path / "worker.log", env)
+    client = Celery(broker=env["TOOLFAN_BROKER_URL"], set_as_current=False)  # the suite's stays
     try:
         worker.wait_for_output(f"{name}@{host} ready.")
         yield Bare(worker, f"{name}@{host}", f"{name}-control@{host}", client)
@@ -178,3 +190,39 @@ def test_a_metrics_port_already_taken_is_reported(tmp_path: Path, emulator: obje
         port = taken.getsockname()[1]
         with running_bare(tmp_path, TOOLFAN_METRICS_PORT=str(port)) as bare:
             assert f"no metrics endpoint: TOOLFAN_METRICS_PORT={port}" in bare.worker.log()
+
+
+def test_a_tasks_module_in_the_working_directory_does_not_hide_toolfan_s(
+    tmp_path: Path, emulator: object
+) -> None:
+    """``toolfan worker`` run where a project keeps its own ``tasks.py``, as Celery's users do.
+
+    The console script does not import from its working directory; the control worker must
+    not either, or ``tasks.control_worker`` is looked for in the project's module.
+    """
+    script = Path(sys.executable).with_name("toolfan")
+    assert script.exists(), "make install puts the toolfan script beside the interpreter"
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "tasks.py").write_text("raise SystemExit('the project tasks.py was imported')\n")
+    databases, env = own_databases()
+    name, host = f"proj{uuid.uuid4().hex[:6]}", socket.gethostname()
+    log_path = tmp_path / "worker.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [str(script), "worker", *options(name)],
+            cwd=project,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_for(lambda: f"{name}@{host} ready." in log_path.read_text(), 60, "the pool")
+        text = log_path.read_text()
+        assert f"{name}-control@{host} ready." in text, text[-2000:]
+        assert "starting it again" not in text
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+        databases.flush()

@@ -104,7 +104,9 @@ def test_the_pool_takes_the_function_queues_and_the_control_worker_the_control_q
     inspect = bare.client.control.inspect(destination=[bare.pool, bare.control], timeout=2)
     queues = {node: {q["name"] for q in qs} for node, qs in (inspect.active_queues() or {}).items()}
     control = {q.value for q in ControlQueue}
-    assert queues == {bare.pool: set(load_registry().queues()) - control, bare.control: control}
+    assert set(queues) == {bare.pool, bare.control} and queues[bare.control] == control
+    # The worker's registry: the suite's tool modules (this process may have loaded more).
+    assert {"fn.add", "fn.count"} <= queues[bare.pool] <= set(load_registry().queues()) - control
     stats = inspect.stats() or {}
     assert stats[bare.pool]["pool"]["max-concurrency"] == 1
     assert "prefork" in stats[bare.pool]["pool"]["implementation"]

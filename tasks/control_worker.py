@@ -100,10 +100,10 @@ def plan(
     """
     if threads <= 0 or not function_queues or _has(options, _NO_SPLIT):
         return None
-    pool = _value(options, ("-P", "--pool"))
+    pool = option_value(options, ("-P", "--pool"))
     if pool is not None and pool != "prefork":
         return None
-    name = _value(options, ("-n", "--hostname"))
+    name = option_value(options, ("-n", "--hostname"))
     control = _without(options, _POOL_VALUED, _POOL_FLAGS)
     control += ["-Q", ",".join(control_queues), "-P", "threads", "-c", str(threads)]
     control += ["-n", control_nodename(name)]
@@ -137,8 +137,8 @@ def _has(options: Sequence[str], names: frozenset[str]) -> bool:
     return any(_matches(o, names) is not None for o in options)
 
 
-def _value(options: Sequence[str], names: Sequence[str]) -> str | None:
-    """The value given to an option (its last use), in any of its spellings."""
+def option_value(options: Sequence[str], names: Sequence[str]) -> str | None:
+    """The value given to an option (its last use, as Celery reads it), in any spelling."""
     found: str | None = None
     for i, option in enumerate(options):
         for name in names:

@@ -10,7 +10,7 @@ import signal
 from collections.abc import Sequence
 from typing import Any
 
-from tasks.control_worker import ControlWorker, Split, plan
+from tasks.control_worker import ControlWorker, Split, option_value, plan
 from tasks.queues import ControlQueue, all_queues
 from tasks.settings import get_settings, load_registry
 
@@ -31,13 +31,8 @@ def worker_argv(options: Sequence[str]) -> list[str]:
 
 def queues_option(options: Sequence[str]) -> list[str] | None:
     """The queues a ``-Q``/``--queues`` option names, or None without one."""
-    for i, option in enumerate(options):
-        if option in ("-Q", "--queues") and i + 1 < len(options):
-            return options[i + 1].split(",")
-        for prefix in ("--queues=", "-Q"):
-            if option.startswith(prefix) and len(option) > len(prefix):
-                return option[len(prefix) :].split(",")
-    return None
+    value = option_value(options, ("-Q", "--queues"))
+    return None if value is None else value.split(",")
 
 
 def serves_control_queues(options: Sequence[str]) -> bool:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.control_worker import control_nodename, plan
+from tasks.control_worker import control_nodename, option_value, plan
 from tasks.settings import Settings, SettingsError
+from tasks.worker import serves_control_queues
 
 FUNCTIONS = ["fn.add", "fn.slow"]
 CONTROL = ["toolfan.submit", "toolfan.poll", "toolfan.model"]
@@ -86,3 +87,25 @@ def test_control_threads_is_a_bounded_setting():
     for bad in ("-1", "1001", "many"):
         with pytest.raises(SettingsError, match="TOOLFAN_CONTROL_THREADS"):
             Settings.from_env({"TOOLFAN_CONTROL_THREADS": bad})
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ([], None),
+        (["-Q", "fn.add"], "fn.add"),
+        (["-Qfn.add"], "fn.add"),
+        (["--queues=fn.add,toolfan.submit"], "fn.add,toolfan.submit"),
+        (["--queues", "fn.a", "-Q", "fn.b"], "fn.b"),  # the last one, as Celery reads it
+        (["-Q"], None),
+        (["--pidfile", "/run/w.pid"], None),
+    ],
+)
+def test_an_option_s_value_in_each_spelling(options: list[str], expected: str | None):
+    assert option_value(options, ("-Q", "--queues")) == expected
+
+
+def test_only_a_worker_on_a_control_queue_talks_to_the_api():
+    assert serves_control_queues([]) and serves_control_queues(["-Q", "fn.add,toolfan.poll"])
+    assert not serves_control_queues(["-Q", "fn.add"])
+    assert not serves_control_queues(["-Q", "toolfan.submit", "--queues=fn.add"])

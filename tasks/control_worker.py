@@ -203,12 +203,11 @@ class ControlWorker:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, sig)
 
-    def stop(self) -> int | None:
-        """Warm-stop the child (if it still runs) and wait for it; its exit code."""
+    def stop(self) -> None:
+        """Warm-stop the child (if it still runs) and wait until the watcher has seen it go."""
         self.forward(signal.SIGTERM)
         if self._watcher is not None:
             self._watcher.join()
-        return None if self.proc is None else self.proc.wait()
 
     def _spawn(self) -> tuple[subprocess.Popen[bytes], int]:
         read, write = os.pipe()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.control_worker import control_nodename, option_value, plan
+from tasks.control_worker import Split, control_nodename, option_value, plan
 from tasks.settings import Settings, SettingsError
 from tasks.worker import serves_control_queues
 
@@ -12,7 +12,7 @@ FUNCTIONS = ["fn.add", "fn.slow"]
 CONTROL = ["toolfan.submit", "toolfan.poll", "toolfan.model"]
 
 
-def split(*options: str, threads: int = 16):  # type: ignore[no-untyped-def]
+def split(*options: str, threads: int = 16) -> Split | None:
     return plan(list(options), FUNCTIONS, CONTROL, threads)
 
 

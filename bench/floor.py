@@ -8,7 +8,8 @@ it does only what cannot be left out:
 * find the waiting sessions with the API's list (one pass, pages of 100: the API has no
   status filter), read by this process as a poller would;
 * one chord of one task per call, on the function's queue, each saving its result in the
-  ledger before it returns (invariant 3's one write; no read first, no claim, no log line);
+  ledger before it returns (invariant 3's one write; no read first, no claim, no log line),
+  joined by toolfan's join (:mod:`tasks.join`), the leanest there is here;
 * one POST of the batch's results, with an idempotency key, from the chord's callback.
 
 It skips everything else toolfan does (claims, dispatch records, argument validation,

@@ -17,6 +17,7 @@ from functools import cache
 import httpx
 import redis
 from celery import shared_task
+from celery.signals import worker_init
 
 from handlers import Allow, CallContext, tool
 
@@ -105,6 +106,19 @@ def raw_ledger_noop(batch: str, call: str) -> str:
     ledger.begin(ref, "bench_noop", "raw")
     ledger.finish(ref, CallResult.ok(OUTPUT))
     return OUTPUT
+
+
+@worker_init.connect
+def _join_floor_chords(**kwargs: object) -> None:
+    """Have the worker join the floor's chords as toolfan's own.
+
+    So the floor stays the least any implementation does; raw Celery's chords (and raw +
+    ledger's) keep Celery's join. Done as the worker starts: importing ``tasks`` here would
+    load toolfan's app into the bench's own process.
+    """
+    from tasks.join import join_chords_of
+
+    join_chords_of(FLOOR_CALL)
 
 
 @shared_task(name=FLOOR_CALL)

@@ -110,10 +110,13 @@ def _the_floor_answers_every_session_once(bench: dict[str, Any]) -> None:
         assert extra["batches"] == floor["sessions"] and extra["events"] == floor["calls"]
         assert extra["failed_events"] == 0, name
         # finish alone: one EVALSHA per call more than raw Celery's own (the broker's), where
-        # raw + ledger runs two more (the workers' heartbeats may add a few of their own).
+        # raw + ledger runs two more (the workers' heartbeats may add a few of their own);
+        # less two per batch, the claim's and the cleanup's scripts of Celery's join, which
+        # raw Celery runs and the floor's chords (joined as toolfan's) do not.
         raw = by_system["raw_celery"]["extra"]["top_redis_commands"].get("evalsha", 0)
         more = extra["top_redis_commands"].get("evalsha", 0) - raw
-        assert floor["calls"] <= more < 2 * floor["calls"], (name, more)
+        least = floor["calls"] - 2 * floor["sessions"]
+        assert least <= more < least + floor["calls"], (name, more)
         assert len(bench["json"]["spread"][name]["toolfan_vs_floor"]) == 2
         assert f"the floor / raw Celery ({name}): throughput" in text
         assert f"toolfan / the floor ({name}): throughput" in text

@@ -24,6 +24,7 @@ from kombu import Connection
 from tasks.dispatch import _not_subscribing
 from tasks.publish import send_chord
 from tests.services import wait_for
+from tests.tasks.apps import private_app
 
 QUEUE = "fn.publish_test"
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -31,18 +32,8 @@ UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}
 
 @pytest.fixture
 def app() -> Iterator[Celery]:
-    from dispatcher.devstack import private_redis
-    from tasks.config import celery_config
-    from tasks.settings import get_settings, load_registry
-
-    with private_redis() as base:
-        app = Celery("publish-test", set_as_current=False)
-        app.conf.update(celery_config(get_settings(), load_registry()))
-        app.conf.update(broker_url=f"{base}/0", result_backend=f"{base}/1")
-        try:
-            yield app
-        finally:
-            app.close()
+    with private_app("publish-test") as app:
+        yield app
 
 
 def header(app: Celery, calls: int, queue: str = QUEUE) -> list[Signature[Any]]:

@@ -161,3 +161,22 @@ def test_poll_once_cli_fails_clearly_when_api_unreachable_or_key_refused(api):
     assert "the API key was refused" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
     assert "wrong" not in refused.stderr
+
+
+def _calls_of(redis_client, command: str) -> int:
+    stats = redis_client.info("commandstats").get(f"cmdstat_{command}", {})
+    return int(stats.get("calls", 0))
+
+
+def test_the_workers_join_each_batch_with_toolfans_script(api, redis_client):
+    """Each call's part goes through tasks.join's script, never Celery's (its SISMEMBER)."""
+    seeded = seed(api, 4)
+    calls = sum(len(actions) for actions in seeded.calls.values())
+    celerys, ours = (
+        _calls_of(redis_client, "sismember"),
+        _calls_of(redis_client, "zremrangebyscore"),
+    )
+    poll_until(api, seeded)
+    check_exactly_once(api, seeded, redis_client)
+    assert _calls_of(redis_client, "sismember") == celerys  # Celery's script: one per part
+    assert _calls_of(redis_client, "zremrangebyscore") - ours >= calls  # ours: one per part

@@ -24,7 +24,7 @@ from celery.backends.redis import RedisBackend
 from celery.canvas import Signature
 
 from tasks.app import Toolfan
-from tasks.join import CLAIM_SUFFIX, DONE_SECONDS, JoiningRedisBackend
+from tasks.join import CLAIM_SECONDS, CLAIM_SUFFIX, DONE_SECONDS, JoiningRedisBackend
 from tasks.publish import set_chord_size
 from tasks.queues import EXECUTE_TASK
 from tests.tasks.apps import private_app
@@ -152,7 +152,7 @@ def test_the_completing_part_delivered_again_sends_the_callback_no_other_does(ap
     backend = app.backend
     keys = [backend.get_key_for_group(chord.group, s) for s in (".j", ".s", CLAIM_SUFFIX)]
     encoded = backend.encode([1, chord.ids[1], states.SUCCESS, {"call_id": "call_1"}])
-    claimed = backend._script()(keys, [1, encoded, 60, chord.ids[1], 10])
+    claimed = backend._script()(keys, [1, encoded, 60, chord.ids[1], CLAIM_SECONDS])
     assert len(claimed) == 2 and callbacks(app) == []  # the process dies here
     backend.on_chord_part_return(chord.request(0), states.SUCCESS, {"call_id": "call_0"})
     assert callbacks(app) == []  # another part's copy: the claim is not its own

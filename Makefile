@@ -47,9 +47,12 @@ test: lint typecheck
 	$(BIN)/python -m pytest --broker=rabbitmq tests/e2e $(PYTEST_ARGS)
 
 # The unit tests and the quick end-to-end ones (under a minute): for the edit-run loop.
-# `make test` runs everything, as CI does.
+# They run in one pytest process per core (at most 4), each with its own private
+# redis-server, emulator and worker; with TOOLFAN_TEST_REDIS_URL set they share that one
+# server, so they run in one process. `make test` runs everything, as CI does.
+TEST_FAST_PROCESSES ?= $(if $(TOOLFAN_TEST_REDIS_URL),0,auto --maxprocesses=4)
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_FAST_PROCESSES) $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -100,24 +100,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
-def _test_redis() -> str:
+def _test_redis(processes: int) -> str:
     """The base URL of the Redis the suite may flush: its own, or the one it is given.
 
     A developer's Redis (or CI's shared one) is never flushed by accident: unless
     ``TOOLFAN_TEST_REDIS_URL`` names a server for the suite, it starts a private
     ``redis-server`` for the session, and every stack inside it (runs, chaos, fuzz,
-    the quick bench) uses that one's databases.
+    the quick bench) uses that one's databases. Several test processes (``-n``) each
+    start their own; with a named server the suite runs in one process.
     """
     named = os.environ.get("TOOLFAN_TEST_REDIS_URL")
     if not named:
         return _stack.enter_context(private_redis())
+    if processes:
+        # Every test process flushes databases 14 and 15 of the Redis it uses: processes
+        # sharing one named server would empty each other's ledger mid-test. Said by the
+        # controlling process, before any test process starts.
+        pytest.exit(
+            f"TOOLFAN_TEST_REDIS_URL={named} is one server for every test process; "
+            "run the suite in one process (-n 0) with it, or unset it so that each "
+            "process starts its own",
+            returncode=4,
+        )
     if not redis_answers(named):
         pytest.exit(f"TOOLFAN_TEST_REDIS_URL={named} does not answer", returncode=1)
     return named.rsplit("/", 1)[0] if named.count("/") > 2 else named
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    base = _test_redis()
+    processes = 0 if os.environ.get("PYTEST_XDIST_WORKER") else _processes(config)
+    base = _test_redis(processes)
     tmp = Path(_stack.enter_context(tempfile.TemporaryDirectory(prefix="toolfan-tests-")))
     os.environ.update(
         TOOLFAN_REDIS_URL=f"{base}/15",
@@ -126,6 +138,12 @@ def pytest_configure(config: pytest.Config) -> None:
         TOOLFAN_EXAMPLES_DB=str(tmp / "examples.sqlite3"),
         TOOLFAN_TEST_TMP=str(tmp),
     )
+
+
+def _processes(config: pytest.Config) -> int:
+    """How many test processes pytest-xdist starts (``-n``; 0 without it)."""
+    value = getattr(config.option, "numprocesses", None)
+    return value if isinstance(value, int) else 1 if value else 0
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -161,9 +161,26 @@ def _cmd_poll(args: argparse.Namespace, rest: list[str]) -> int:
     if args.interval is not None:
         port = metrics.port_from_env()
         if port is not None:
-            metrics.serve(port)
+            _serve_metrics(port)
         return run_loop(args.interval, emit)
     return run_once(emit)
+
+
+def _serve_metrics(port: int) -> None:
+    """The poller's ``/metrics``; a port that cannot be served refuses the start by name.
+
+    Raises:
+        SettingsError: the port is taken or not ours to bind (one line, not a traceback).
+    """
+    from tasks import metrics
+    from tasks.settings import SettingsError
+
+    try:
+        metrics.serve(port)
+    except OSError as exc:
+        raise SettingsError(
+            f"TOOLFAN_METRICS_PORT={port}: no metrics endpoint: {exc.strerror or exc}"
+        ) from exc
 
 
 def _celery(subcommand: str) -> Command:

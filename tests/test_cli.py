@@ -1,5 +1,6 @@
 import json
 import os
+import socket
 import subprocess
 import sys
 import tomllib
@@ -152,6 +153,19 @@ def test_a_metrics_port_that_is_no_port_refuses_the_start_by_name(command, port)
     out = toolfan(*command, TOOLFAN_METRICS_PORT=port)
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert "TOOLFAN_METRICS_PORT: not a port number (1 to 65535)" in out.stderr
+
+
+def test_a_metrics_port_already_taken_refuses_the_poller_in_one_line(emulator):
+    # It was an OSError's traceback from the metrics server's start, and no word of which
+    # setting to change.
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = toolfan("poll", "--interval", "1", TOOLFAN_METRICS_PORT=str(port))
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert f"TOOLFAN_METRICS_PORT={port}: no metrics endpoint: Address already in use" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def test_a_webhook_secret_cut_short_refuses_the_intake_start_without_showing_it():

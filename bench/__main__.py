@@ -1,8 +1,10 @@
 """``python -m bench`` (``make bench``): the benchmark, from a source checkout only.
 
 ``python -m bench`` runs the targets' bench; ``python -m bench curves`` draws the cost
-curves, ``python -m bench soak`` runs the long mixed load with faults, and ``python -m bench
-anatomy`` weighs the parts of one call's ``execute`` (each has its own ``--help``).
+curves, ``python -m bench soak`` runs the long mixed load with faults, ``python -m bench
+anatomy`` weighs the parts of one call's ``execute``, ``python -m bench remote`` puts the API
+far away, and ``python -m bench pairs`` runs chosen rows in turn for an A/B (each has its own
+``--help``).
 
 The bench lives outside the product's packages: it is not in the wheel, and no toolfan
 command imports it. It drives the real commands (``toolfan worker``, ``toolfan poll``,
@@ -53,8 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
         "bench.json, bench.txt and bench.png to --out. Exits 0 even when a target fails.",
         epilog="Also: 'python -m bench curves --help' (cost curves against raw Celery), "
         "'python -m bench soak --help' (a long mixed load with faults), 'python -m bench "
-        "anatomy --help' (one call's execute, part by part) and 'python -m bench remote "
-        "--help' (an API that answers later, on two worker layouts).",
+        "anatomy --help' (one call's execute, part by part), 'python -m bench remote "
+        "--help' (an API that answers later, on two worker layouts) and 'python -m bench "
+        "pairs --help' (chosen rows in turn, for an A/B of a change or a setting).",
     )
     defaults = BenchConfig()
     for flag, field, kind, text in NUMBERS:
@@ -97,7 +100,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig:
 
 
 #: ``python -m bench NAME ...``: the other runs, each a module with its own ``main(argv)``.
-SUBCOMMANDS = ("anatomy", "curves", "remote", "soak")
+SUBCOMMANDS = ("anatomy", "curves", "pairs", "remote", "soak")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

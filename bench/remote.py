@@ -26,13 +26,14 @@ import statistics
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.config import BenchConfig
 from bench.emu import Emulator
 from bench.engine import run_raw, run_toolfan
+from bench.options import add_stack_options, stack_config
 from bench.run import WARM_UP, say, use_stack_env
 from bench.stack import BenchStack
 from dispatcher.devstack import Service
@@ -194,16 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the function worker's processes (default: toolfan worker's own)",
     )
-    bench = defaults.bench
-    p.add_argument("--sessions", type=int, default=bench.sessions, help="sessions (400)")
-    p.add_argument("--calls", type=int, default=bench.calls, help="calls per session (5)")
-    p.add_argument("--out", default=str(bench.out), help=f"output directory ({bench.out})")
-    p.add_argument("--redis-url", default=None, help="Redis server (default: TOOLFAN_REDIS_URL's)")
-    p.add_argument("--private-redis", action="store_true", help="start a private redis-server")
-    p.add_argument("--broker-db", type=int, default=bench.broker_db, help="broker database (4)")
-    p.add_argument(
-        "--ledger-db", type=int, default=bench.ledger_db, help="results and ledger database (5)"
-    )
+    add_stack_options(p, defaults.bench, "sessions")
     return p
 
 
@@ -221,21 +213,12 @@ def parse_config(argv: Sequence[str]) -> RemoteConfig:
         parser.error(f"--latencies takes seconds, comma-separated, not {args.latencies!r}")
     if any(not 0 <= x <= 10 for x in latencies):
         parser.error("--latencies must be between 0 and 10 seconds")
-    for name in ("pairs", "threads", "sessions", "calls"):
+    for name in ("pairs", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
     if args.concurrency is not None and args.concurrency < 1:
         parser.error("--concurrency must be at least 1")
-    bench = replace(
-        BenchConfig(),
-        out=Path(args.out),
-        sessions=args.sessions,
-        calls=args.calls,
-        redis_url=args.redis_url,
-        private_redis=args.private_redis,
-        broker_db=args.broker_db,
-        ledger_db=args.ledger_db,
-    )
+    bench = stack_config(parser, args)
     return RemoteConfig(latencies, args.pairs, args.threads, args.concurrency, bench)
 
 

@@ -1,0 +1,81 @@
+"""``python -m bench pairs``: chosen no-op rows in turn on one stack, with a setting applied.
+
+The quick run: one round of four rows (raw Celery first, as the baseline) over 6 sessions
+or runs of 2 no-op calls, with ``TOOLFAN_LOG_FORMAT=text`` given through ``--env``, which
+shows in the workers' own log lines whether the setting reached them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from bench.pairs import parse_config, rotated
+from tests.bench.runs import run_bench
+
+ROWS = ("raw", "toolfan", "runs-floor", "runs")
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("pairs")
+    args = ["pairs", "--rows", ",".join(ROWS), "--pairs", "1", "--sessions", "6", "--calls", "2"]
+    return run_bench([*args, "--env", "TOOLFAN_LOG_FORMAT=text"], out, "pairs.json", 150)
+
+
+@pytest.mark.timeout(160)
+def test_every_row_is_measured_against_the_first(pairs: dict[str, Any]) -> None:
+    results = pairs["json"]["results"]
+    assert pairs["json"]["rows"] == list(ROWS)
+    assert results["raw"]["ratio_to_first"] == [1.0]
+    for name in ROWS:
+        (rate,) = results[name]["calls_per_s"]
+        (ratio,) = results[name]["ratio_to_first"]
+        assert math.isfinite(rate) and rate > 0, name
+        assert ratio == pytest.approx(rate / results["raw"]["calls_per_s"][0]), name
+        assert results[name]["cpu_ms_per_call_by_process"], name
+    # The runs floor reads each run once to find it waiting and once after its submit.
+    assert results["runs-floor"]["run_reads_per_run"] == 2.0
+    assert results["runs"]["run_reads_per_run"] >= 1.0
+    assert results["raw"]["run_reads_per_run"] is None
+    text = (pairs["out"] / "pairs.txt").read_text()
+    assert "TOOLFAN_LOG_FORMAT=text" in text and "ratio = calls/s over raw's" in text
+
+
+@pytest.mark.timeout(160)
+def test_a_setting_given_with_env_reaches_the_workers(pairs: dict[str, Any]) -> None:
+    # JSON is the workers' default format: their per-call lines are text only if the
+    # variable reached them.
+    log = (pairs["out"] / "logs" / "worker-noop0.log").read_text()
+    calls = [line for line in log.splitlines() if "function=bench_noop call ok" in line]
+    assert calls, log[-2000:]
+    assert not any(line.startswith("{") for line in calls)
+
+
+def test_each_round_starts_one_row_later() -> None:
+    rows = ["a", "b", "c"]
+    assert [rotated(rows, r) for r in range(4)] == [
+        ["a", "b", "c"],
+        ["b", "c", "a"],
+        ["c", "a", "b"],
+        ["a", "b", "c"],
+    ]
+
+
+def test_bad_options_are_refused() -> None:
+    for argv in (
+        ["--rows", "raw,fast"],
+        ["--rows", "raw,raw"],
+        ["--rows", ","],
+        ["--env", "PATH=/tmp"],
+        ["--env", "TOOLFAN_X"],
+        ["--pairs", "0"],
+        ["--sessions", "0"],
+    ):
+        with pytest.raises(SystemExit) as exc:
+            parse_config(argv)
+        assert exc.value.code == 2, argv
+    config = parse_config(["--rows", "floor, runs", "--env", "TOOLFAN_RUNS_RECHECK=2"])
+    assert (config.rows, config.env) == (("floor", "runs"), {"TOOLFAN_RUNS_RECHECK": "2"})

@@ -114,7 +114,8 @@ class Settings(BaseModel):
     runs_recheck_max: float = _seconds(
         8.0,
         "the longest rest of a watched run whose phase stays in flight (each "
-        "read under the same claim doubles it from TOOLFAN_RUNS_RECHECK)",
+        "read under the same claim doubles it from TOOLFAN_RUNS_RECHECK), and of a run "
+        "in a model turn whose answer asked for one (openai-poll-after-ms)",
         zero=True,
     )
     runs_readers: int = Field(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any
 
@@ -19,7 +19,13 @@ import httpx
 from dispatcher.client import path_segment, user_agent
 from dispatcher.retry import RetryPolicy
 from dispatcher.sources.assistants_config import AssistantsConfig, load_config
-from dispatcher.sources.assistants_models import Run, UnreadableRun, parse_run
+from dispatcher.sources.assistants_models import (
+    POLL_AFTER_HEADER,
+    Run,
+    UnreadableRun,
+    parse_run,
+    poll_after,
+)
 from dispatcher.transport import DEFAULT_TIMEOUT, Transport
 
 #: Levels of a run around a call's arguments (run, action, outputs, calls, call, function).
@@ -189,9 +195,11 @@ class AssistantsClient:
     def _run(self, response: httpx.Response, thread_id: str, run_id: str) -> Run:
         body: Any = self._transport.json(response, RUN_DEPTH)
         try:
-            return parse_run(body, thread_id, run_id)
+            run = parse_run(body, thread_id, run_id)
         except UnreadableRun as exc:
             raise self._transport.unexpected(response, str(exc)) from exc
+        asked = poll_after(response.headers.get(POLL_AFTER_HEADER))
+        return run if asked is None else replace(run, poll_after=asked)
 
 
 def _run_path(thread_id: str, run_id: str) -> str:

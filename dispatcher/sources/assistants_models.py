@@ -17,6 +17,10 @@ from handlers.jsonsafe import string_pairs
 #: Statuses after which a run takes no more outputs.
 TERMINAL = frozenset({"completed", "failed", "cancelled", "expired", "incomplete"})
 WAITING = "requires_action"
+#: The answer header in which the API says how long to wait before reading the run again.
+POLL_AFTER_HEADER = "openai-poll-after-ms"
+#: Digits of the longest ``openai-poll-after-ms`` read (a day is 8): past that, no request.
+POLL_AFTER_DIGITS = 9
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,8 @@ class Run:
     assistant_id: str | None = None
     metadata: dict[str, str] | None = None
     declared: frozenset[str] | None = None
+    #: Seconds the answer asked to wait before the next read (``openai-poll-after-ms``).
+    poll_after: float | None = None
 
     @property
     def waiting(self) -> bool:
@@ -55,6 +61,26 @@ class Run:
     def finished(self) -> bool:
         """Whether the run takes no more outputs, ever."""
         return self.status in TERMINAL
+
+    @property
+    def busy(self) -> bool:
+        """Whether the run is in a model turn (queued, in progress, cancelling): not ours."""
+        return not self.waiting and not self.finished
+
+
+def poll_after(value: str | None) -> float | None:
+    """Seconds an ``openai-poll-after-ms`` header value asks to wait, or None.
+
+    The SDK's polling reads it as whole milliseconds. A value that is not a plain count
+    of them (a sign, a fraction, words, a number of more than
+    :data:`POLL_AFTER_DIGITS` digits) asks nothing: the header comes from outside.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if not text or len(text) > POLL_AFTER_DIGITS or not (text.isascii() and text.isdigit()):
+        return None
+    return int(text) / 1000
 
 
 class UnreadableRun(ValueError):

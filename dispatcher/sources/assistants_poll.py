@@ -6,7 +6,9 @@ under a claim (this poller's or another's): nothing about it can change but a ca
 failure or an expiry, so it rests ``TOOLFAN_RUNS_RECHECK`` seconds (1) after its first read,
 and each read that finds the same claim doubles its rest up to ``TOOLFAN_RUNS_RECHECK_MAX``
 (8). A fast loop does not read hundreds of busy runs five times a second, and a phase of
-long calls costs a read every few seconds, not one a second.
+long calls costs a read every few seconds, not one a second. A run read in a model turn
+(queued, in progress, cancelling) rests as long as that answer's ``openai-poll-after-ms``
+asks, as the SDK's own polling does, at most ``TOOLFAN_RUNS_RECHECK_MAX``.
 A run waiting in ``requires_action`` is one batch, handed to the engine's dispatcher
 (claims, chords, expiry at the run's own ``expires_at``); a run that is over, or past its
 ``expires_at``, is no longer watched.
@@ -121,6 +123,9 @@ class RunsPoller:
         #: Batch id -> the claim that held its phase in flight when last checked, and the
         #: seconds its run rests between reads while that claim holds.
         self.rests: dict[str, tuple[str, float]] = {}
+        #: Batch id -> ``time.monotonic()`` before which its run, read in a model turn, is
+        #: not read again: as long as that answer's ``openai-poll-after-ms`` asked.
+        self.turn_rests: dict[str, float] = {}
         #: The reader threads (``TOOLFAN_RUNS_READERS``), started by the first far pass.
         self._pool: ThreadPoolExecutor | None = None
         #: Whether the last pass went on reading several at once (to log the changes).
@@ -167,7 +172,20 @@ class RunsPoller:
         return summary
 
     def _resting(self, watches: list[Watch]) -> set[str]:
-        """The watched runs not to read this pass: in flight under a claim, read lately.
+        """The watched runs not to read this pass.
+
+        Those read in a model turn whose answer asked for a later read (see
+        :meth:`_rest_turn`), and those in flight under a claim, read lately (see
+        :meth:`_in_flight`).
+        """
+        ids = {batch_id(w.thread_id, w.run_id) for w in watches}
+        self.read_at = {bid: t for bid, t in self.read_at.items() if bid in ids}
+        now = time.monotonic()
+        self.turn_rests = {b: t for b, t in self.turn_rests.items() if b in ids and t > now}
+        return set(self.turn_rests) | self._in_flight(now)
+
+    def _in_flight(self, now: float) -> set[str]:
+        """The runs in flight under a claim, read lately.
 
         A live claim (this poller's or another's) means a dispatch of the run's phase is in
         flight; it is freed when the phase is submitted, and lapses when its holder dies,
@@ -177,12 +195,10 @@ class RunsPoller:
         within a second early in a phase, and a phase of 30 s calls costs 6 reads, not 30.
         Checking the claims costs one Redis round trip, against one API request per run.
         """
-        ids = {batch_id(w.thread_id, w.run_id) for w in watches}
-        self.read_at = {bid: t for bid, t in self.read_at.items() if bid in ids}
         first = self.settings.runs_recheck
         if first == 0:
             return set()
-        now, longest = time.monotonic(), max(first, self.settings.runs_recheck_max)
+        longest = max(first, self.settings.runs_recheck_max)
         # A run read longer ago than the longest rest is read this pass whatever its claim
         # (it keeps its rest: the next pass checks its claim again).
         recent = [bid for bid, t in self.read_at.items() if now - t < longest]
@@ -294,7 +310,23 @@ class RunsPoller:
             return None
         if watch.status != run.status:
             self.watches.seen(watch, run.status)
+        self._rest_turn(run)
         return self._batch(run, summary)
+
+    def _rest_turn(self, run: Run) -> None:
+        """Rest a run read in a model turn as long as the API asked, at most the longest rest.
+
+        A run that is queued or in progress changes only when the model's turn ends, and
+        the API's answer says when to look again (``openai-poll-after-ms``, which the SDK's
+        own polling sleeps by): reading it on every pass until then costs the API requests
+        that tell nothing. No header, or ``TOOLFAN_RUNS_RECHECK_MAX=0``: read every pass.
+        """
+        bid = batch_id(run.thread_id, run.run_id)
+        rest = min(run.poll_after or 0.0, self.settings.runs_recheck_max)
+        if run.busy and rest > 0:
+            self.turn_rests[bid] = time.monotonic() + rest
+        else:
+            self.turn_rests.pop(bid, None)
 
     def _discovered(self, summary: RunsSummary, known: set[str]) -> list[Batch]:
         batches = []

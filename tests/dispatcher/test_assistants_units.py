@@ -9,7 +9,7 @@ import pytest
 from dispatcher.errors import AuthenticationError, EndpointError
 from dispatcher.sources.assistants import batch_id, phase_of, run_of
 from dispatcher.sources.assistants_config import Flavour, flavour_of, load_config
-from dispatcher.sources.assistants_models import parse_run
+from dispatcher.sources.assistants_models import parse_run, poll_after
 from dispatcher.sources.outputs import output_text
 
 
@@ -129,6 +129,22 @@ def test_a_hostile_run_is_read_without_raising():
     assert len(run.problems) == 4
     assert run.expires_at is None and run.metadata == {"k": "v"}
     assert parse_run({"status": "requires_action"}, "t", "r").problems
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [("250", 0.25), (" 1000 ", 1.0), ("0", 0.0), ("999999999", 999999.999)],
+)
+def test_the_api_s_poll_after_is_read_as_whole_milliseconds(header, seconds):
+    assert poll_after(header) == seconds
+
+
+@pytest.mark.parametrize(
+    "header",
+    [None, "", " ", "-5", "+5", "1.5", "1e3", "nan", "inf", "250ms", "\u0661\u0662", "1" * 10],
+)
+def test_a_poll_after_that_is_not_a_count_of_milliseconds_asks_nothing(header):
+    assert poll_after(header) is None
 
 
 def test_an_entra_token_is_kept_until_near_its_expiry_then_fetched_again(monkeypatch):

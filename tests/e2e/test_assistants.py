@@ -309,6 +309,67 @@ def test_a_run_in_flight_is_read_less_and_less_often_not_every_pass(stack, state
     assert len(late) <= 2, (in_flight, gaps)  # a read a second: 3 or more
 
 
+def test_a_run_in_a_model_turn_is_read_as_the_api_asks_not_every_pass(stack, state):
+    # The emulator's answers ask for the next read a quarter of a turn later
+    # (openai-poll-after-ms, as the SDK's polling reads it): 1 s for a 4 s turn. The poller
+    # passes every 0.3 s, so a read a pass would make about 14 reads in the turn between
+    # the two phases; as asked, it makes 4 or 5, and still finds the second phase soon.
+    default_turn = state.turn_duration
+    state.turn_duration = 4.0
+    try:
+        first, second = call("add", {"a": 1, "b": 2}), call("add", {"a": 3, "b": 4})
+        run = state.create_run([[first], [second]])
+        watch(stack, run)
+        assert finished(state, run)["status"] == "completed"
+    finally:
+        state.turn_duration = default_turn
+    submitted, later = (s["received_at"] for s in state.submits(run["thread_id"], run["id"]))
+    path = f"/threads/{run['thread_id']}/runs/{run['id']}"
+    reads = [
+        r.at
+        for r in state.requests(path, method="GET")
+        if r.path.endswith(run["id"]) and submitted < r.at < later
+    ]
+    gaps = [round(b - a, 2) for a, b in itertools.pairwise(reads)]
+    assert 2 <= len(reads) <= 7, gaps
+    assert later - (submitted + 4.0) < 3.0, gaps  # waiting at +4 s, found within a rest
+
+
+def test_a_run_in_a_model_turn_rests_as_asked_at_most_the_longest_rest(stack, state):
+    # A RunsPoller in this process on the stack's emulator and ledger, default settings.
+    from dispatcher.sources.assistants_models import Run
+    from dispatcher.sources.assistants_watch import Watch
+
+    made = state.create_run([[call("add", {"a": 1, "b": 2})]])
+    read = stack.runs_poller().client.retrieve_run(made["thread_id"], made["id"])
+    assert read.poll_after == pytest.approx(state.turn_duration / 4)  # the header, read
+
+    watched = Watch("thread_turn", f"run_{uuid.uuid4().hex}", time.time())
+    bid = batch_id(watched.thread_id, watched.run_id)
+
+    def rest(poller, status: str, asked: float | None) -> float:
+        """Seconds the run rests after a read that found it so (0: read next pass)."""
+        poller.turn_rests.clear()
+        poller._rest_turn(
+            Run(watched.thread_id, watched.run_id, status, None, (), poll_after=asked)
+        )
+        if bid not in poller._resting([watched]):
+            return 0.0
+        return poller.turn_rests[bid] - time.monotonic()
+
+    poller = stack.runs_poller()
+    assert rest(poller, "in_progress", 2.5) == pytest.approx(2.5, abs=0.1)
+    assert rest(poller, "queued", 3600) == pytest.approx(8, abs=0.1)  # RUNS_RECHECK_MAX
+    assert rest(poller, "cancelling", 0.5) == pytest.approx(0.5, abs=0.1)
+    assert rest(poller, "in_progress", None) == 0  # nothing asked: read every pass
+    assert rest(poller, "requires_action", 5) == 0  # waiting: the poller's own business
+    assert rest(poller, "completed", 5) == 0
+    assert rest(poller, "in_progress", 5) > 4
+    poller.turn_rests[bid] = time.monotonic() - 0.01  # the rest is over
+    assert bid not in poller._resting([watched]) and bid not in poller.turn_rests
+    assert rest(stack.runs_poller(runs_recheck_max=0), "in_progress", 5) == 0
+
+
 def test_a_run_in_flight_rests_twice_as_long_after_each_read_under_one_claim(stack, state):
     # A RunsPoller in this process on the stack's ledger (real Redis), default settings.
     # The watch is not stored, so the stack's own poller never sees it; the claims are

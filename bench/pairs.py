@@ -9,7 +9,8 @@ down during the run weighs on every row alike. Each row's throughput is divided 
 first row's in the same round; the medians of those ratios are the figures.
 ``--env NAME=VALUE`` sets a variable for the workers and pollers the run starts: one run
 per setting gives an A/B of a setting, and the same command on two checkouts an A/B of a
-change. Writes ``pairs.json`` and ``pairs.txt``.
+change. ``--workload io`` runs raw Celery, the floor and toolfan on the I/O workload
+instead (its 50 ms tool, on its own workers' pool). Writes ``pairs.json`` and ``pairs.txt``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import json
 import re
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,8 @@ ROWS = {
     "runs": ASSISTANTS,
     "runs-floor": RUNS_FLOOR,
 }
+#: The rows that run on the I/O workload too (the others are the no-op workload's only).
+IO_ROWS = ("raw", "floor", "toolfan")
 #: What a variable set with ``--env`` may be named (toolfan's settings and the API's).
 ENV_NAME = re.compile(r"(TOOLFAN|OPENAI)_[A-Z0-9_]+")
 
@@ -58,6 +61,8 @@ class PairsConfig:
     pairs: int = 4
     env: dict[str, str] = field(default_factory=dict)
     bench: BenchConfig = field(default_factory=lambda: BenchConfig(out=Path("bench-pairs")))
+    #: ``noop`` or ``io``: which of the bench's workloads the rows run.
+    workload: str = "noop"
 
 
 def _raw(
@@ -118,7 +123,8 @@ def measure(config: PairsConfig) -> list[dict[str, Measurement]]:
         use_stack_env(stack.env)
         stack.env.update(config.env)  # before the workers and pollers start
         emu = Emulator(stack.origin)
-        workload = stack.config.workloads()[0]
+        chosen = {w.name: w for w in stack.config.workloads()}[config.workload]
+        workload = replace(chosen, sessions=config.bench.sessions)  # --sessions, either one
         try:
             with stack.workers(workload) as workers:
                 for system in systems:
@@ -159,6 +165,7 @@ def summary(rounds: list[dict[str, Measurement]], config: PairsConfig) -> dict[s
         }
     return {
         "rows": list(config.rows),
+        "workload": config.workload,
         "pairs": config.pairs,
         "env": config.env,
         "sessions": config.bench.sessions,
@@ -192,8 +199,9 @@ def lines(doc: dict[str, Any]) -> list[str]:
     """The table: each row's median ratio to the first, every round's, and its costs."""
     first = doc["rows"][0]
     setting = ", ".join(f"{k}={v}" for k, v in doc["env"].items()) or "default settings"
+    kind = "I/O" if doc.get("workload") == "io" else "no-op"
     out = [
-        f"no-op rows in turn, {doc['pairs']} rounds of {doc['sessions']} x {doc['calls']} "
+        f"{kind} rows in turn, {doc['pairs']} rounds of {doc['sessions']} x {doc['calls']} "
         f"calls, {setting}; ratio = calls/s over {first}'s in the same round",
         f"{'row':>11} {'calls/s':>9} {'ratio':>6} {'redis/call':>10} {'cpu ms':>7}  per round",
     ]
@@ -222,9 +230,15 @@ def build_parser() -> argparse.ArgumentParser:
     defaults = PairsConfig()
     p = argparse.ArgumentParser(
         prog="python -m bench pairs",
-        description="Chosen no-op rows in turn on one stack, --pairs rounds, each row's "
-        "throughput over the first row's in the same round. Writes pairs.json and pairs.txt "
-        "to --out.",
+        description="Chosen rows of the no-op (or I/O) workload in turn on one stack, "
+        "--pairs rounds, each row's throughput over the first row's in the same round. "
+        "Writes pairs.json and pairs.txt to --out.",
+    )
+    p.add_argument(
+        "--workload",
+        choices=("noop", "io"),
+        default=defaults.workload,
+        help=f"the no-op workload, or the I/O one (its rows: {', '.join(IO_ROWS)}) (noop)",
     )
     p.add_argument(
         "--rows",
@@ -259,6 +273,9 @@ def parse_config(argv: Sequence[str]) -> PairsConfig:
         parser.error(f"--rows takes some of {', '.join(ROWS)}, not {args.rows!r}")
     if len(set(rows)) != len(rows):
         parser.error(f"--rows names a row twice: {args.rows!r}")
+    other = [r for r in rows if r not in IO_ROWS]
+    if args.workload == "io" and other:
+        parser.error(f"--workload io runs {', '.join(IO_ROWS)}; not {', '.join(other)}")
     env: dict[str, str] = {}
     for item in args.env:
         name, sep, value = item.partition("=")
@@ -268,7 +285,7 @@ def parse_config(argv: Sequence[str]) -> PairsConfig:
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")
     bench = stack_config(parser, args)
-    return PairsConfig(rows, args.pairs, env, bench)
+    return PairsConfig(rows, args.pairs, env, bench, args.workload)
 
 
 def main(argv: Sequence[str]) -> int:

@@ -1,4 +1,4 @@
-"""``python -m bench pairs``: chosen no-op rows in turn on one stack, with a setting applied.
+"""``python -m bench pairs``: chosen rows in turn on one stack, with a setting applied.
 
 The quick run: one round of four rows (raw Celery first, as the baseline) over 6 sessions
 or runs of 2 no-op calls, with ``TOOLFAN_LOG_FORMAT=text`` given through ``--env``, which
@@ -73,9 +73,27 @@ def test_bad_options_are_refused() -> None:
         ["--env", "TOOLFAN_X"],
         ["--pairs", "0"],
         ["--sessions", "0"],
+        ["--workload", "gevent"],
+        ["--workload", "io", "--rows", "raw,runs"],  # the runs rows are no-op only
+        ["--workload", "io", "--rows", "raw-ledger"],
     ):
         with pytest.raises(SystemExit) as exc:
             parse_config(argv)
         assert exc.value.code == 2, argv
     config = parse_config(["--rows", "floor, runs", "--env", "TOOLFAN_RUNS_RECHECK=2"])
     assert (config.rows, config.env) == (("floor", "runs"), {"TOOLFAN_RUNS_RECHECK": "2"})
+    assert config.workload == "noop"
+    assert parse_config(["--workload", "io", "--rows", "raw,floor,toolfan"]).workload == "io"
+
+
+@pytest.mark.timeout(160)
+def test_the_io_workload_s_rows_run_its_tool_on_its_workers(tmp_path) -> None:
+    args = ["pairs", "--workload", "io", "--rows", "raw,toolfan", "--pairs", "1"]
+    done = run_bench([*args, "--sessions", "4", "--calls", "2"], tmp_path, "pairs.json", 150)
+    doc = done["json"]
+    assert (doc["workload"], doc["sessions"]) == ("io", 4)
+    assert doc["results"]["toolfan"]["median_ratio"] > 0
+    assert "I/O rows in turn, 1 rounds of 4 x 2 calls" in (tmp_path / "pairs.txt").read_text()
+    logs = "".join(p.read_text() for p in (tmp_path / "logs").glob("worker-*.log"))
+    calls = [line for line in logs.splitlines() if '"function": "bench_' in line]
+    assert calls and all('"function": "bench_io"' in line for line in calls), logs[-2000:]

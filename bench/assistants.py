@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.config import Workload
 from bench.emu import JSON, Emulator
-from bench.figures import ASSISTANTS, Measurement
+from bench.figures import ASSISTANTS, SPLIT, Measurement
 from bench.measure import Closed, CpuSplit, Window, percentiles
 from bench.stack import BenchStack
 from dispatcher.devstack import Service, wait_for
@@ -165,7 +165,7 @@ def run_assistants(
             **_accounting(answered, seeded, newly_watched),
             **_costs(closed, requests, passes),
             "poller_cpu_seconds": by_process["poller"] * calls / 1000,
-            "cpu_ms_per_call_by_process": by_process,
+            SPLIT: by_process,
             "watch_seconds": watch_seconds,
             "watch_to_first_request": (min(requests["times"]) - started)
             if requests["times"]

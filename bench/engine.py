@@ -8,7 +8,7 @@ from typing import Any
 
 from bench.config import Workload
 from bench.emu import Emulator, answer_times, session_body
-from bench.figures import RAW, RAW_LEDGER, TOOLFAN, Measurement
+from bench.figures import RAW, RAW_LEDGER, SPLIT, TOOLFAN, Measurement
 from bench.measure import Closed, CpuSplit, Window, percentiles
 from bench.stack import SUBMIT_QUEUE, BenchStack, poll_passes
 from dispatcher.devstack import Service
@@ -63,7 +63,7 @@ def run_toolfan(
         extra={
             **_toolfan_extra(batches, closed, lists, passes),
             "poller_cpu_seconds": by_process["poller"] * calls / 1000,
-            "cpu_ms_per_call_by_process": by_process,
+            SPLIT: by_process,
             "seeded_to_first_request": start - seeded_at,
         },
     )
@@ -131,7 +131,7 @@ def run_raw(
             "top_redis_commands": dict(list(closed.commands.items())[:12]),
             "cpu_seconds": closed.cpu,
             "publish_cpu_seconds": publish_cpu,
-            "cpu_ms_per_call_by_process": by_process,
+            SPLIT: by_process,
         },
     )
 

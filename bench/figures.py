@@ -29,6 +29,8 @@ SYSTEMS = {
     THREADS: "thread pool",
     LOOP: "sequential loop",
 }
+#: The key of a measurement's CPU per call by process (:class:`bench.measure.CpuSplit`).
+SPLIT = "cpu_ms_per_call_by_process"
 #: Seconds of the window in which a latency run's busiest arrivals are counted.
 BUSIEST_WINDOW = 5.0
 

@@ -28,7 +28,7 @@ import httpx
 from bench.config import Workload
 from bench.emu import LIST_PATH, Emulator, answer_times, session_body
 from bench.engine import answered_extra, forget
-from bench.figures import FLOOR, Measurement
+from bench.figures import FLOOR, SPLIT, Measurement
 from bench.measure import CpuSplit, Window
 from bench.stack import SUBMIT_QUEUE, BenchStack
 from dispatcher.devstack import Service
@@ -74,7 +74,7 @@ def run_floor(
             **answered_extra(batches, closed),
             "published_sessions": published,
             "publish_cpu_seconds": publish_cpu,
-            "cpu_ms_per_call_by_process": {
+            SPLIT: {
                 **split.per_call(calls),
                 "publisher": 1000 * publish_cpu / calls,
             },

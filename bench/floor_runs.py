@@ -33,7 +33,7 @@ from bench.assistants import run_body, run_requests, runs_measurement, seed_runs
 from bench.config import Workload
 from bench.emu import JSON, Emulator
 from bench.engine import forget
-from bench.figures import RUNS_FLOOR, Measurement
+from bench.figures import RUNS_FLOOR, SPLIT, Measurement
 from bench.measure import CpuSplit, Window
 from bench.stack import SUBMIT_QUEUE, BenchStack
 from dispatcher.devstack import Service
@@ -77,7 +77,7 @@ def run_runs_floor(
             "runs_answered": len(runs_answered),
             "outputs": sum(len(s["tool_outputs"]) for s in answered),
             "publish_cpu_seconds": publish_cpu,
-            "cpu_ms_per_call_by_process": {
+            SPLIT: {
                 **split.per_call(calls),
                 "publisher": 1000 * publish_cpu / calls,
             },

@@ -28,7 +28,16 @@ from bench.assistants import run_assistants, runs_poller
 from bench.config import BenchConfig, Workload
 from bench.emu import Emulator
 from bench.engine import run_raw, run_toolfan
-from bench.figures import ASSISTANTS, FLOOR, RAW, RAW_LEDGER, RUNS_FLOOR, TOOLFAN, Measurement
+from bench.figures import (
+    ASSISTANTS,
+    FLOOR,
+    RAW,
+    RAW_LEDGER,
+    RUNS_FLOOR,
+    SPLIT,
+    TOOLFAN,
+    Measurement,
+)
 from bench.floor import run_floor
 from bench.floor_runs import run_runs_floor
 from bench.options import add_stack_options, stack_config
@@ -160,7 +169,7 @@ def summary(rounds: list[dict[str, Measurement]], config: PairsConfig) -> dict[s
                     for m in ms
                 ]
             ),
-            "cpu_ms_per_call_by_process": _median_split(ms),
+            SPLIT: _median_split(ms),
             "run_reads_per_run": _reads_per_run(ms),
         }
     return {
@@ -182,7 +191,7 @@ def _median(values: list[float | None]) -> float | None:
 
 def _median_split(ms: list[Measurement]) -> dict[str, float]:
     """The median CPU ms per call of each process the rows name."""
-    splits = [m.extra.get("cpu_ms_per_call_by_process", {}) for m in ms]
+    splits = [m.extra.get(SPLIT, {}) for m in ms]
     names = sorted({name for split in splits for name in split})
     return {n: statistics.median(s[n] for s in splits if n in s) for n in names}
 
@@ -214,7 +223,7 @@ def lines(doc: dict[str, Any]) -> list[str]:
         )
     for name in doc["rows"]:
         r = doc["results"][name]
-        split = ", ".join(f"{k} {v:.2f}" for k, v in r["cpu_ms_per_call_by_process"].items())
+        split = ", ".join(f"{k} {v:.2f}" for k, v in r[SPLIT].items())
         reads = r["run_reads_per_run"]
         more = f"; {reads:.2f} reads per run" if reads is not None else ""
         out.append(f"{name}: CPU ms per call by process: {split}{more}")

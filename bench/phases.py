@@ -21,7 +21,7 @@ from bench.emu import (
     pushed_times,
     session_body,
 )
-from bench.figures import BUSIEST_WINDOW
+from bench.figures import BUSIEST_WINDOW, SPLIT
 from bench.measure import Window, percentiles, tree_cpu
 from bench.stack import API_KEY, WEBHOOK_SECRET, BenchStack
 from dispatcher.client import AgentsClient
@@ -233,7 +233,7 @@ def run_push_load(
 def _cpu_figures(cpu: ServicesCpu, calls: int) -> dict[str, dict[str, float]]:
     """A phase's CPU per call: the totals, and every role's share."""
     by_role = cpu.per_call(calls)
-    return {"cpu_ms_per_call": cpu_totals(by_role), "cpu_ms_per_call_by_process": by_role}
+    return {"cpu_ms_per_call": cpu_totals(by_role), SPLIT: by_role}
 
 
 def run_push_peak(stack: BenchStack, emu: Emulator, workload: Workload, intake: str) -> float:

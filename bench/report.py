@@ -18,6 +18,7 @@ from bench.figures import (
     RAW,
     RAW_LEDGER,
     RUNS_FLOOR,
+    SPLIT,
     SYSTEMS,
     THREADS,
     TOOLFAN,
@@ -528,10 +529,6 @@ def load_split_lines(report: Report) -> list[str]:
             parts = ", ".join(f"{k} {v:.2f}" for k, v in sorted(split.items()))
             out.append(f"{label}: CPU ms per call by process: {parts}")
     return ["", *out] if out else []
-
-
-#: The key of a measurement's CPU per call by process (:class:`bench.measure.CpuSplit`).
-SPLIT = "cpu_ms_per_call_by_process"
 
 
 def idle_lines(idle: dict[str, Any]) -> list[str]:

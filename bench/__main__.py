@@ -104,8 +104,22 @@ SUBCOMMANDS = ("anatomy", "curves", "pairs", "remote", "soak")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the bench; a SIGTERM or SIGHUP stops its services first, as Ctrl-C does."""
+    from dispatcher.devstack import Stopped, stopped_by_signals
+
+    try:
+        with stopped_by_signals():
+            return _main(list(sys.argv[1:] if argv is None else argv))
+    except Stopped as exc:
+        print(
+            f"python -m bench: stopped by {exc.signal_name}; its services are stopped",
+            file=sys.stderr,
+        )
+        return int(exc.code or 1)
+
+
+def _main(argv: list[str]) -> int:
     """Parse the options and run the bench (or hand over to a subcommand's module)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
         import importlib
 

@@ -1,7 +1,10 @@
 """Local processes for the demo and the tests: a Redis, and toolfan services in the background.
 
 A demo or test run must leave nothing behind, so each service runs in its own process
-group (a prefork worker's children included) and is stopped as a group.
+group (a prefork worker's children included) and is stopped as a group. A Ctrl-C in the
+terminal reaches only the parent, which stops them in order; a SIGTERM or SIGHUP does the
+same inside :func:`stopped_by_signals` (Python's default for them ends the parent at once,
+running no ``finally`` block, and would leave every service running).
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import IO, TypeVar
 
 import redis
@@ -87,6 +92,50 @@ def redis_base_url(url: str) -> Iterator[str]:
     else:
         with private_redis() as base:
             yield base
+
+
+#: Signals that end a demo or a bench as Ctrl-C does: ``kill``, ``timeout``, a service
+#: manager's stop or a CI job's cancel (SIGTERM), a closed terminal (SIGHUP).
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(SystemExit):
+    """Raised in the main thread by an ending signal; exits ``128 + signal``, as the shell's."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.signal_name = signal.Signals(signum).name
+
+
+@contextlib.contextmanager
+def stopped_by_signals() -> Iterator[None]:
+    """Turn SIGTERM and SIGHUP into :class:`Stopped`, so the stacks inside stop their services.
+
+    The first such signal raises; later ones are ignored while the services stop, so that
+    a second ``kill`` cannot leave a stack half stopped (SIGKILL still ends everything at
+    once). A signal already ignored (``nohup``) stays ignored, and outside the main thread,
+    where Python cannot handle signals, nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    ending = [s for s in ENDING_SIGNALS if signal.getsignal(s) is signal.SIG_DFL]
+
+    def ignore(signum: int, frame: FrameType | None) -> None:
+        """A Python handler, not SIG_IGN: processes started now must not inherit it."""
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        for s in ending:
+            signal.signal(s, ignore)
+        raise Stopped(signum)
+
+    for s in ending:
+        signal.signal(s, stop)
+    try:
+        yield
+    finally:
+        for s in ending:
+            signal.signal(s, signal.SIG_DFL)
 
 
 class Service:

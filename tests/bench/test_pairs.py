@@ -8,12 +8,19 @@ shows in the workers' own log lines whether the setting reached them.
 from __future__ import annotations
 
 import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from bench.pairs import parse_config, rotated
 from tests.bench.runs import run_bench
+from tests.services import ROOT, wait_for
 
 ROWS = ("raw", "toolfan", "runs-floor", "runs")
 
@@ -97,3 +104,39 @@ def test_the_io_workload_s_rows_run_its_tool_on_its_workers(tmp_path) -> None:
     logs = "".join(p.read_text() for p in (tmp_path / "logs").glob("worker-*.log"))
     calls = [line for line in logs.splitlines() if '"function": "bench_' in line]
     assert calls and all('"function": "bench_io"' in line for line in calls), logs[-2000:]
+
+
+@pytest.mark.timeout(160)
+def test_a_bench_ended_by_sigterm_stops_its_services_first(tmp_path: Path) -> None:
+    # A CI job's cancel or ``timeout`` sends SIGTERM: Python's default for it ends the
+    # bench at once, and its workers, emulator and private Redis ran on.
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PYTEST_CURRENT_TEST", None)
+    args = ["pairs", "--rows", "raw,toolfan", "--pairs", "3", "--sessions", "6", "--calls", "2"]
+    log = tmp_path / "stderr.log"
+    with log.open("wb") as err:
+        bench = subprocess.Popen(
+            [sys.executable, "-m", "bench", *args, "--private-redis", "--out", str(tmp_path)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    services: list[psutil.Process] = []
+    try:
+        # Once raw Celery's first round is measured, the whole stack is up.
+        wait_for(lambda: b"round 1: raw_celery" in log.read_bytes(), 90, "the first round")
+        services = psutil.Process(bench.pid).children(recursive=True)
+        assert len(services) >= 4  # workers, their pools, the emulator, a poller, Redis
+        bench.send_signal(signal.SIGTERM)
+        bench.wait(90)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
+        left = [p for p in services if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        for p in left:  # so that a failure here leaves nothing running either
+            p.kill()
+    printed = log.read_text(errors="replace")
+    assert bench.returncode == 128 + signal.SIGTERM, printed
+    assert "stopped by SIGTERM; its services are stopped" in printed
+    assert left == []

@@ -2,16 +2,14 @@
 
 A campaign's figures mean nothing if another run or test flushed or reused its databases
 meanwhile, so it flushes them at start and end, leaves a sentinel with its own token in
-each, and checks the sentinels before it counts; and SIGTERM ends it as an exception, so
-its stack is still stopped and nothing is left running.
+each, and checks the sentinels before it counts. (A SIGTERM or SIGHUP ends it as an
+exception, :func:`dispatcher.devstack.stopped_by_signals`, so its stack is still stopped.)
 """
 
 from __future__ import annotations
 
-import signal
 import uuid
 from collections.abc import Iterable
-from types import FrameType
 
 import redis
 
@@ -56,12 +54,3 @@ class OwnedDatabases:
                     f"during the {self.name} run (another run or test on the same "
                     "database?); the figures would be meaningless: pick others with --dbs"
                 )
-
-
-def exit_on_sigterm() -> None:
-    """Turn SIGTERM into SystemExit, so the stack is still stopped and nothing is left."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, handler)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dispatcher.devstack import wait_for
+from dispatcher.devstack import stopped_by_signals, wait_for
 from dispatcher.sources.assistants_watch import Watches
 from tests.chaos.keys import RUNS_PREFIX
 from tests.chaos.plan import (
@@ -37,7 +37,7 @@ from tests.chaos.plan import (
 )
 from tests.chaos.stack import ChaosStack, StackConfig
 from tests.chaos.verify import Faults, Tally, run_batches, run_key, verify
-from tests.owned import DatabasesClobbered, exit_on_sigterm
+from tests.owned import DatabasesClobbered
 
 Progress = Callable[[str], None]
 
@@ -321,9 +321,9 @@ def parse_args(argv: Iterable[str] | None = None) -> ChaosConfig:
 def main(argv: Iterable[str] | None = None) -> int:
     """Entry point: 0 when exactly-once held under every fault, 1 when not, 2 if void."""
     config = parse_args(argv)
-    exit_on_sigterm()
     try:
-        result = run_chaos(config)
+        with stopped_by_signals():  # a SIGTERM or SIGHUP still stops the stack
+            result = run_chaos(config)
     except DatabasesClobbered as exc:
         _stderr(f"chaos: void run: {exc}")
         return 2

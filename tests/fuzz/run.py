@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dispatcher.devstack import stopped_by_signals
 from tests.fuzz.faults import FaultPhase, describe_phases, plan_faults
 from tests.fuzz.ids import show
 from tests.fuzz.logscan import scan
@@ -36,7 +37,7 @@ from tests.fuzz.probe import Capabilities, probe, unreadable
 from tests.fuzz.report import details, problems, write_problems
 from tests.fuzz.stack import FuzzStack, StackConfig
 from tests.fuzz.verify import Tally, verify
-from tests.owned import DatabasesClobbered, exit_on_sigterm
+from tests.owned import DatabasesClobbered
 
 Progress = Callable[[str], None]
 PROGRESS_EVERY = 5.0
@@ -323,9 +324,9 @@ def parse_args(argv: Iterable[str] | None = None) -> FuzzConfig:
 def main(argv: Iterable[str] | None = None) -> int:
     """Entry point: 0 when all five counters are zero, 1 when not, 2 if the run is void."""
     config = parse_args(argv)
-    exit_on_sigterm()
     try:
-        result = run_fuzz(config)
+        with stopped_by_signals():  # a SIGTERM or SIGHUP still stops the stack
+            result = run_fuzz(config)
     except DatabasesClobbered as exc:
         _stderr(f"fuzz: void run: {exc}")
         return 2

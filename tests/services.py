@@ -13,7 +13,26 @@ from dispatcher.devstack import Service, free_port, private_redis, redis_answers
 
 ROOT = Path(__file__).resolve().parent.parent
 
-__all__ = ["ROOT", "AofRedis", "Worker", "free_port", "private_redis", "redis_answers", "wait_for"]
+__all__ = [
+    "ROOT",
+    "AofRedis",
+    "Worker",
+    "default_endings",
+    "free_port",
+    "private_redis",
+    "redis_answers",
+    "wait_for",
+]
+
+
+def default_endings() -> None:
+    """A ``preexec_fn``: SIGTERM and SIGHUP at their default action, as a terminal starts one.
+
+    Whatever the suite inherited: ``nohup`` ignores SIGHUP, and toolfan keeps an ignored
+    signal ignored.
+    """
+    for ending in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(ending, signal.SIG_DFL)
 
 
 class Worker(Service):

@@ -20,7 +20,7 @@ import pytest
 
 from bench.pairs import parse_config, rotated
 from tests.bench.runs import run_bench
-from tests.services import ROOT, wait_for
+from tests.services import ROOT, default_endings, wait_for
 
 ROWS = ("raw", "toolfan", "runs-floor", "runs")
 
@@ -120,6 +120,7 @@ def test_a_bench_ended_by_sigterm_stops_its_services_first(tmp_path: Path) -> No
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=err,
+            preexec_fn=default_endings,
         )
     services: list[psutil.Process] = []
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.services import ROOT
+from tests.services import ROOT, default_endings
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -84,6 +84,7 @@ def test_a_demo_ended_by_a_signal_stops_its_services_first(redis_client, ending)
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=default_endings,  # as a terminal starts it, even under nohup
     )
     try:
         printed = read_until(proc, "starting poller", 90)

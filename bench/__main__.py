@@ -105,17 +105,11 @@ SUBCOMMANDS = ("anatomy", "curves", "pairs", "remote", "soak")
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the bench; a SIGTERM or SIGHUP stops its services first, as Ctrl-C does."""
-    from dispatcher.devstack import Stopped, stopped_by_signals
+    from dispatcher.devstack import until_stopped
 
-    try:
-        with stopped_by_signals():
-            return _main(list(sys.argv[1:] if argv is None else argv))
-    except Stopped as exc:
-        print(
-            f"python -m bench: stopped by {exc.signal_name}; its services are stopped",
-            file=sys.stderr,
-        )
-        return int(exc.code or 1)
+    return until_stopped(
+        "python -m bench", lambda: _main(list(sys.argv[1:] if argv is None else argv))
+    )
 
 
 def _main(argv: list[str]) -> int:

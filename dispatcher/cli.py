@@ -224,14 +224,9 @@ def _add_flower(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 def _cmd_demo(args: argparse.Namespace, rest: list[str]) -> int:
     """Run the local end-to-end demo."""
     from dispatcher.demo import run_demo
-    from dispatcher.devstack import Stopped, stopped_by_signals
+    from dispatcher.devstack import until_stopped
 
-    try:
-        with stopped_by_signals():
-            return run_demo(args.sessions, args.timeout, args.runs)
-    except Stopped as exc:
-        print(f"demo: stopped by {exc.signal_name}; its services are stopped", file=sys.stderr)
-        return int(exc.code or 1)
+    return until_stopped("demo", lambda: run_demo(args.sessions, args.timeout, args.runs))
 
 
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -104,6 +104,7 @@ class Stopped(SystemExit):
 
     def __init__(self, signum: int) -> None:
         super().__init__(128 + signum)
+        self.status = 128 + signum
         self.signal_name = signal.Signals(signum).name
 
 
@@ -136,6 +137,20 @@ def stopped_by_signals() -> Iterator[None]:
     finally:
         for s in ending:
             signal.signal(s, signal.SIG_DFL)
+
+
+def until_stopped(prog: str, run: Callable[[], int]) -> int:
+    """``run()`` inside :func:`stopped_by_signals`: its exit status, or ``128 + signal``.
+
+    What a command that starts services does with its whole body: once a signal has
+    stopped them, one line on stderr says so.
+    """
+    try:
+        with stopped_by_signals():
+            return run()
+    except Stopped as exc:
+        print(f"{prog}: stopped by {exc.signal_name}; its services are stopped", file=sys.stderr)
+        return exc.status
 
 
 class Service:

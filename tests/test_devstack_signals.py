@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from dispatcher.devstack import Stopped, stopped_by_signals
+from dispatcher.devstack import Stopped, stopped_by_signals, until_stopped
 
 
 @pytest.fixture
@@ -58,3 +58,14 @@ def test_outside_the_main_thread_nothing_changes(endings_at_default):
     thread.start()
     thread.join()
     assert seen == [signal.SIG_DFL]
+
+
+def test_a_command_stopped_by_a_signal_says_so_and_exits_128_plus_it(endings_at_default, capsys):
+    def body() -> int:
+        signal.raise_signal(signal.SIGHUP)
+        return 0  # never reached
+
+    assert until_stopped("demo", lambda: 7) == 7
+    assert until_stopped("demo", body) == 128 + signal.SIGHUP
+    err = capsys.readouterr().err
+    assert err == "demo: stopped by SIGHUP; its services are stopped\n"

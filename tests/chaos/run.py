@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dispatcher.devstack import stopped_by_signals, wait_for
+from dispatcher.devstack import until_stopped, wait_for
 from dispatcher.sources.assistants_watch import Watches
 from tests.chaos.keys import RUNS_PREFIX
 from tests.chaos.plan import (
@@ -321,9 +321,13 @@ def parse_args(argv: Iterable[str] | None = None) -> ChaosConfig:
 def main(argv: Iterable[str] | None = None) -> int:
     """Entry point: 0 when exactly-once held under every fault, 1 when not, 2 if void."""
     config = parse_args(argv)
+    return until_stopped("chaos", lambda: _campaign(config))
+
+
+def _campaign(config: ChaosConfig) -> int:
+    """The run and its report, stopped (stack and all) by a SIGTERM or SIGHUP."""
     try:
-        with stopped_by_signals():  # a SIGTERM or SIGHUP still stops the stack
-            result = run_chaos(config)
+        result = run_chaos(config)
     except DatabasesClobbered as exc:
         _stderr(f"chaos: void run: {exc}")
         return 2

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dispatcher.devstack import stopped_by_signals
+from dispatcher.devstack import until_stopped
 from tests.fuzz.faults import FaultPhase, describe_phases, plan_faults
 from tests.fuzz.ids import show
 from tests.fuzz.logscan import scan
@@ -324,9 +324,13 @@ def parse_args(argv: Iterable[str] | None = None) -> FuzzConfig:
 def main(argv: Iterable[str] | None = None) -> int:
     """Entry point: 0 when all five counters are zero, 1 when not, 2 if the run is void."""
     config = parse_args(argv)
+    return until_stopped("fuzz", lambda: _campaign(config))
+
+
+def _campaign(config: FuzzConfig) -> int:
+    """The run and its report, stopped (stack and all) by a SIGTERM or SIGHUP."""
     try:
-        with stopped_by_signals():  # a SIGTERM or SIGHUP still stops the stack
-            result = run_fuzz(config)
+        result = run_fuzz(config)
     except DatabasesClobbered as exc:
         _stderr(f"fuzz: void run: {exc}")
         return 2

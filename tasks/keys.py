@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from urllib.parse import quote_from_bytes, unquote
+from functools import lru_cache
+from urllib.parse import unquote
 
 PREFIX = "toolfan"
 #: The version of the per-batch key layout: ``toolfan:v2:<source>:<kind>:{<batch>}...``.
@@ -30,6 +31,12 @@ _PLAIN = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
 #: Spellings longer than this keep a readable head and end in a digest of the whole id.
 LONG = 200
 _HEAD = 64
+#: Each byte's spelling: itself for letters, digits, ``_``, ``.`` and ``-``; else ``%XX``.
+_SPELLING = {
+    byte: chr(byte) if _PLAIN.fullmatch(chr(byte)) else f"%{byte:02X}" for byte in range(256)
+}
+#: Spellings kept of ids that are not plain (a runs batch id is JSON, spelled on every key).
+_KEPT = 8192
 
 
 def encode_id(value: str) -> str:
@@ -43,8 +50,20 @@ def encode_id(value: str) -> str:
     """
     if _PLAIN.fullmatch(value):
         return value
+    if len(value) <= LONG:
+        return _spelled_kept(value)
+    return _spelled(value)
+
+
+@lru_cache(maxsize=_KEPT)
+def _spelled_kept(value: str) -> str:
+    """:func:`_spelled`, kept: a poller spells each run in flight's id on every pass."""
+    return _spelled(value)
+
+
+def _spelled(value: str) -> str:
     raw = value.encode("utf-8", "surrogatepass")
-    text = quote_from_bytes(raw, safe="").replace("~", "%7E")
+    text = raw.decode("latin-1").translate(_SPELLING)
     if len(text) <= LONG:
         return text
     return f"{text[:_HEAD]}~{hashlib.sha256(raw).hexdigest()}"

@@ -139,7 +139,7 @@ class RunsPoller:
         watches = self.watches.all()
         resting = self._resting(watches)
         summary.runs_resting = len(resting)
-        unread = [w for w in watches if batch_id(w.thread_id, w.run_id) not in resting]
+        unread = [w for w in watches if w.batch_id not in resting]
         counts = DispatchCounts()
         known: set[str] = set()
         pending: list[Batch] = []
@@ -178,7 +178,7 @@ class RunsPoller:
         :meth:`_rest_turn`), and those in flight under a claim, read lately (see
         :meth:`_in_flight`).
         """
-        ids = {batch_id(w.thread_id, w.run_id) for w in watches}
+        ids = {w.batch_id for w in watches}
         self.read_at = {bid: t for bid, t in self.read_at.items() if bid in ids}
         now = time.monotonic()
         self.turn_rests = {b: t for b, t in self.turn_rests.items() if b in ids and t > now}
@@ -295,9 +295,9 @@ class RunsPoller:
         if isinstance(run, APIError):
             summary.errors += 1
             metrics.POLL_ERRORS.labels("run").inc()
-            self.reported.error(batch_id(watch.thread_id, watch.run_id), "%s %s", ids, run)
+            self.reported.error(watch.batch_id, "%s %s", ids, run)
             return None
-        self.read_at[batch_id(watch.thread_id, watch.run_id)] = time.monotonic()
+        self.read_at[watch.batch_id] = time.monotonic()
         summary.runs_seen += 1
         if run.finished or _past(run):
             summary.runs_finished += 1

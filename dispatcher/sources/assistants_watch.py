@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, cast
 
 import redis
@@ -37,12 +38,25 @@ class Watch:
     status: str | None = None
     seen_at: float | None = None
 
+    @cached_property
+    def batch_id(self) -> str:
+        """The batch id of the run's phases (spelled once: a pass asks it several times)."""
+        return batch_id(self.thread_id, self.run_id)
+
 
 class Watches:
-    """The watched runs, in the ledger's Redis."""
+    """The watched runs, in the ledger's Redis.
+
+    A poller reads every watch on every pass (five a second with ``--interval 0.2``), while
+    most of them have not changed since the last: each field's parse is kept for as long as
+    its field and value stay the same, so a pass over thousands of runs in flight parses
+    only the new ones.
+    """
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
+        #: Field -> (value, its parse), as of the last :meth:`all`.
+        self._parsed: dict[str, tuple[str, Watch | None]] = {}
 
     def add(self, runs: Iterable[tuple[str, str]]) -> int:
         """Watch these runs (again: a watch is kept, not reset); how many are new."""
@@ -60,13 +74,21 @@ class Watches:
     def all(self) -> list[Watch]:
         """Every watch, oldest first."""
         raw = cast(dict[str, str], self.client.hgetall(WATCHES))
-        watches = [w for w in (_watch(k, v) for k, v in raw.items()) if w is not None]
+        before: dict[str, tuple[str, Watch | None]] = self._parsed
+        parsed: dict[str, tuple[str, Watch | None]] = {}
+        for key, value in raw.items():
+            known = before.get(key)
+            if known is None or known[0] != value:
+                known = (value, _watch(key, value))
+            parsed[key] = known
+        self._parsed = parsed
+        watches = [w for _, w in parsed.values() if w is not None]
         return sorted(watches, key=lambda w: w.since)
 
     def seen(self, watch: Watch, status: str) -> None:
         """Remember the status a run had when last read."""
         value = {"since": watch.since, "status": status, "seen_at": time.time()}
-        self.client.hset(WATCHES, batch_id(watch.thread_id, watch.run_id), json.dumps(value))
+        self.client.hset(WATCHES, watch.batch_id, json.dumps(value))
 
     def drop(self, thread_id: str, run_id: str) -> None:
         """Stop watching a run."""

@@ -1,6 +1,7 @@
 """Key spelling: distinct (source, ids) always give distinct keys; legacy keys map 1:1."""
 
-from urllib.parse import unquote_to_bytes
+import hashlib
+from urllib.parse import quote_from_bytes, unquote_to_bytes
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -75,3 +76,15 @@ def test_a_batch_pattern_matches_its_calls_and_names_its_batch(s, t, c):
     short = "~" not in keys.encode_id(s)
     if short and s.encode("utf-8", "surrogatepass") == s.encode("utf-8", "replace"):
         assert keys.batch_of(key) == s
+
+
+@settings(max_examples=400, deadline=None)
+@given(IDS)
+def test_spelling_is_the_percent_encoding_earlier_versions_wrote(value):
+    raw = value.encode("utf-8", "surrogatepass")
+    plain = keys._PLAIN.fullmatch(value) is not None
+    written = value if plain else quote_from_bytes(raw, safe="").replace("~", "%7E")
+    if len(written) > keys.LONG:
+        written = f"{written[:64]}~{hashlib.sha256(raw).hexdigest()}"
+    assert keys.encode_id(value) == written
+    assert keys.encode_id(value) == written  # a second time, from the kept spellings

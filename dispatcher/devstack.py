@@ -186,7 +186,21 @@ class Service:
         wait_for(printed, timeout, f"{self.log_path.stem} to print {text!r}", 0.1)
 
     def stop(self, timeout: float = 20) -> None:
-        """SIGTERM the process group, then SIGKILL whatever is left after ``timeout``."""
+        """SIGTERM the process group, then SIGKILL whatever is left after ``timeout``.
+
+        An ending signal may come while this stop waits (a ``kill`` as the stack stops
+        after a normal end): its :class:`Stopped` would skip the SIGKILL and leave the
+        group's stragglers running. So this stop is finished first, with its full
+        ``timeout`` (later signals are ignored by then), and the signal raised after it.
+        """
+        try:
+            self._stop(timeout)
+        except Stopped:
+            self._stop(timeout)
+            raise
+
+    def _stop(self, timeout: float) -> None:
+        """One stop; done again, it only finishes what the first one left."""
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGTERM)

@@ -1,11 +1,15 @@
 """``dispatcher.devstack.stopped_by_signals``: which signals it takes over, and what it leaves."""
 
+import contextlib
+import os
 import signal
+import subprocess
+import sys
 import threading
 
 import pytest
 
-from dispatcher.devstack import Stopped, stopped_by_signals, until_stopped
+from dispatcher.devstack import Service, Stopped, stopped_by_signals, until_stopped, wait_for
 
 
 @pytest.fixture
@@ -69,3 +73,45 @@ def test_a_command_stopped_by_a_signal_says_so_and_exits_128_plus_it(endings_at_
     assert until_stopped("demo", body) == 128 + signal.SIGHUP
     err = capsys.readouterr().err
     assert err == "demo: stopped by SIGHUP; its services are stopped\n"
+
+
+#: A service that takes a second to stop on SIGTERM, with a child that ignores SIGTERM.
+SLOW_TO_STOP = """
+import signal, subprocess, sys, time
+deaf = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+child = subprocess.Popen([sys.executable, "-c", deaf])
+signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1.0), sys.exit(0)))
+print("child", child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_signal_while_a_service_stops_lets_that_stop_finish_first(endings_at_default, tmp_path):
+    log = tmp_path / "slow.log"
+    service = Service.__new__(Service)  # the command is not toolfan's: set what stop() uses
+    service.log_path, service._log = log, open(log, "w")  # noqa: SIM115 - stop() closes it
+    service.proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_TO_STOP], stdout=service._log, start_new_session=True
+    )
+    try:
+        wait_for(lambda: "child" in log.read_text(), 30, "the service to start", 0.05)
+        deaf = int(log.read_text().split()[1])
+        with stopped_by_signals():
+            threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+            with pytest.raises(Stopped):
+                service.stop()
+        assert service.proc.returncode == 0  # it had its time to stop, and stopped itself
+        wait_for(lambda: not _alive(deaf), 10, "the deaf child to be killed", 0.05)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(service.proc.pid, signal.SIGKILL)
+        service.proc.wait(10)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, reaped by no one here, counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

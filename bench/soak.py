@@ -526,7 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--rate",
         type=float,
         default=None,
-        help=f"calls/s to offer (default: {d.share:.0%} of a burst's)",
+        help=f"calls/s to offer (default: {d.share * 100:.0f} %% of a burst's)",
     )
     p.add_argument(
         "--interval",

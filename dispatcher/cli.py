@@ -427,7 +427,11 @@ _PARSERS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every sub-command registered."""
-    parser = argparse.ArgumentParser(prog="toolfan", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="toolfan",
+        description="Run the function calls of AI agents on a Celery worker fleet: one task "
+        "per call on a queue per function, each batch's results delivered once.",
+    )
     sub = parser.add_subparsers(dest="name", required=True, metavar="COMMAND")
     for add in _PARSERS:
         add(sub)

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -75,34 +76,56 @@ def test_a_command_stopped_by_a_signal_says_so_and_exits_128_plus_it(endings_at_
     assert err == "demo: stopped by SIGHUP; its services are stopped\n"
 
 
-#: A service that takes a second to stop on SIGTERM, with a child that ignores SIGTERM.
+#: A service that, once sent SIGTERM, says so and stops only when told (argv[1] appears, or
+#: 15 s pass: within Service.stop's 20 s), with a child that ignores SIGTERM.
 SLOW_TO_STOP = """
-import signal, subprocess, sys, time
+import os, signal, subprocess, sys, time
 deaf = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
 child = subprocess.Popen([sys.executable, "-c", deaf])
-signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1.0), sys.exit(0)))
+
+def stopping(*_):
+    print("stopping", flush=True)
+    until = time.monotonic() + 15
+    while not os.path.exists(sys.argv[1]) and time.monotonic() < until:
+        time.sleep(0.02)
+    sys.exit(0)
+
+signal.signal(signal.SIGTERM, stopping)
 print("child", child.pid, flush=True)
 time.sleep(120)
 """
 
 
 def test_a_signal_while_a_service_stops_lets_that_stop_finish_first(endings_at_default, tmp_path):
-    log = tmp_path / "slow.log"
+    log, done = tmp_path / "slow.log", tmp_path / "may-stop"
     service = Service.__new__(Service)  # the command is not toolfan's: set what stop() uses
     service.log_path, service._log = log, open(log, "w")  # noqa: SIM115 - stop() closes it
     service.proc = subprocess.Popen(
-        [sys.executable, "-c", SLOW_TO_STOP], stdout=service._log, start_new_session=True
+        [sys.executable, "-c", SLOW_TO_STOP, str(done)],
+        stdout=service._log,
+        start_new_session=True,
     )
+
+    def signal_while_it_stops() -> None:
+        """SIGTERM to this process once the service is stopping; then let the service end."""
+        wait_for(lambda: "stopping" in log.read_text(), 30, "the service to stop", 0.02)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)  # the main thread takes the signal at its next bytecode
+        done.touch()
+
     try:
         wait_for(lambda: "child" in log.read_text(), 30, "the service to start", 0.05)
         deaf = int(log.read_text().split()[1])
         with stopped_by_signals():
-            threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+            sender = threading.Thread(target=signal_while_it_stops)
+            sender.start()
             with pytest.raises(Stopped):
                 service.stop()
+            sender.join(30)  # inside: a late signal must not meet the default action
         assert service.proc.returncode == 0  # it had its time to stop, and stopped itself
         wait_for(lambda: not _alive(deaf), 10, "the deaf child to be killed", 0.05)
     finally:
+        done.touch()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(service.proc.pid, signal.SIGKILL)
         service.proc.wait(10)

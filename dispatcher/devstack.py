@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import IO, TypeVar
+from typing import IO, NoReturn, TypeVar
 
 import redis
 
@@ -108,18 +108,16 @@ class Stopped(SystemExit):
         self.signal_name = signal.Signals(signum).name
 
 
-@contextlib.contextmanager
-def stopped_by_signals() -> Iterator[None]:
-    """Turn SIGTERM and SIGHUP into :class:`Stopped`, so the stacks inside stop their services.
+def take_ending_signals(act: Callable[[int], NoReturn]) -> list[signal.Signals]:
+    """Handle SIGTERM and SIGHUP with ``act``, once; returns the signals taken over.
 
-    The first such signal raises; later ones are ignored while the services stop, so that
-    a second ``kill`` cannot leave a stack half stopped (SIGKILL still ends everything at
-    once). A signal already ignored (``nohup``) stays ignored, and outside the main thread,
-    where Python cannot handle signals, nothing changes.
+    The first such signal calls ``act`` (which raises); later ones are ignored while the
+    caller unwinds, so that a second ``kill`` cannot leave a stack half stopped (SIGKILL
+    still ends everything at once). A signal already ignored (``nohup``) stays ignored,
+    and outside the main thread, where Python cannot handle signals, nothing changes.
     """
     if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+        return []
     ending = [s for s in ENDING_SIGNALS if signal.getsignal(s) is signal.SIG_DFL]
 
     def ignore(signum: int, frame: FrameType | None) -> None:
@@ -128,10 +126,24 @@ def stopped_by_signals() -> Iterator[None]:
     def stop(signum: int, frame: FrameType | None) -> None:
         for s in ending:
             signal.signal(s, ignore)
-        raise Stopped(signum)
+        act(signum)
 
     for s in ending:
         signal.signal(s, stop)
+    return ending
+
+
+def _raise_stopped(signum: int) -> NoReturn:
+    raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def stopped_by_signals() -> Iterator[None]:
+    """Turn SIGTERM and SIGHUP into :class:`Stopped`, so the stacks inside stop their services.
+
+    As :func:`take_ending_signals` does, for the block's length.
+    """
+    ending = take_ending_signals(_raise_stopped)
     try:
         yield
     finally:

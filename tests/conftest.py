@@ -13,16 +13,18 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 import redis
 from hypothesis import settings as hypothesis_settings
 from kombu import Connection
 
-from dispatcher.devstack import private_redis, redis_answers
+from dispatcher.devstack import private_redis, redis_answers, take_ending_signals
 from emulator import EmulatorServer, EmulatorState, running_emulator
 from emulator.testing import TEST_API_KEY
 from tests.services import ROOT, Worker
@@ -100,7 +102,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
-def _test_redis(processes: int) -> str:
+def _test_redis() -> str:
     """The base URL of the Redis the suite may flush: its own, or the one it is given.
 
     A developer's Redis (or CI's shared one) is never flushed by accident: unless
@@ -112,24 +114,48 @@ def _test_redis(processes: int) -> str:
     named = os.environ.get("TOOLFAN_TEST_REDIS_URL")
     if not named:
         return _stack.enter_context(private_redis())
-    if processes:
-        # Every test process flushes databases 14 and 15 of the Redis it uses: processes
-        # sharing one named server would empty each other's ledger mid-test. Said by the
-        # controlling process, before any test process starts.
+    if not redis_answers(named):
+        pytest.exit(f"TOOLFAN_TEST_REDIS_URL={named} does not answer", returncode=1)
+    return named.rsplit("/", 1)[0] if named.count("/") > 2 else named
+
+
+def _controller_checks() -> None:
+    """What the controller of several test processes checks; it runs no test itself.
+
+    Each test process starts its own Redis in its own ``pytest_configure``, so the
+    controller starts none. Every test process flushes databases 14 and 15 of the Redis
+    it uses: processes sharing one named server would empty each other's ledger mid-test,
+    so that is refused here, before any test process starts.
+    """
+    named = os.environ.get("TOOLFAN_TEST_REDIS_URL")
+    if named:
         pytest.exit(
             f"TOOLFAN_TEST_REDIS_URL={named} is one server for every test process; "
             "run the suite in one process (-n 0) with it, or unset it so that each "
             "process starts its own",
             returncode=4,
         )
-    if not redis_answers(named):
-        pytest.exit(f"TOOLFAN_TEST_REDIS_URL={named} does not answer", returncode=1)
-    return named.rsplit("/", 1)[0] if named.count("/") > 2 else named
+
+
+def _exit_session(signum: int) -> NoReturn:
+    """End the session as Ctrl-C does: through its teardown, which stops its services.
+
+    By default SIGTERM or SIGHUP kills the pytest process at once, and every worker,
+    emulator and ``redis-server`` the tests started lives on, orphaned (``timeout``, a CI
+    runner cancelling a job, a closed terminal). :func:`pytest.exit` ends the session
+    through its fixtures' teardown instead (a ``SystemExit`` raised in a test would only
+    fail that test).
+    """
+    pytest.exit(f"stopped by {signal.Signals(signum).name}", returncode=128 + signum)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    take_ending_signals(_exit_session)
     processes = 0 if os.environ.get("PYTEST_XDIST_WORKER") else _processes(config)
-    base = _test_redis(processes)
+    if processes:
+        _controller_checks()
+        return
+    base = _test_redis()
     tmp = Path(_stack.enter_context(tempfile.TemporaryDirectory(prefix="toolfan-tests-")))
     os.environ.update(
         TOOLFAN_REDIS_URL=f"{base}/15",

@@ -6,16 +6,26 @@ waiting costs no polling loop. When the caller's time runs out first, every call
 unfinished is answered with a timeout error in the ledger (a result saved first still
 wins), and that answer is stored as the batch's: a repeat gets the same, and a call still
 queued never runs, since its worker finds the saved error.
+
+The wait is cut into looks a heartbeat (``TOOLFAN_HEARTBEAT``) apart. Between them the
+caller does for its batch what a poll pass does for a session: the broker can lose a
+message to a worker killed after it popped it and before it recorded it as taken (the
+reply dies in the worker's socket, and the reaper finds nothing to put back), so a
+dispatch from before a worker's death that still has a call that never began on an empty
+queue is dispatched again, as soon as the reaper has had its turn. Without that look the
+call would be answered with a timeout error when the caller's time ran out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
 import weakref
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import redis.asyncio
@@ -25,10 +35,12 @@ from dispatcher.sources.inline_calls import Api, InlineCall
 from dispatcher.waiting import await_element, wait_element
 from handlers.result import CallResult, Outcome
 from tasks import keys
+from tasks.app import app
 from tasks.approvals import ApprovalStore, State, approval_id
 from tasks.dispatch import Batch, DispatchCounts, Dispatcher, PendingCall
 from tasks.execute import result_payload
 from tasks.ledger import CallRef, Ledger
+from tasks.liveness import Reaper
 from tasks.runtime import get_ledger, get_settings, load_registry
 from tasks.settings import Settings
 
@@ -125,18 +137,50 @@ class InlineRunner:
             refusal = _refusal(call, allowed)
             if refusal is not None:
                 self.ledger.finish(batch.ref(call), CallResult.fail(*refusal))
+        self._dispatch(batch, Dispatcher(NAME, self.ledger, self.settings, noun="batch"))
+
+    def _dispatch(self, batch: InlineBatch, dispatcher: Dispatcher) -> None:
         pending = [
             PendingCall(batch.api.value, c.call_id, c.name, c.arguments, c.problem)
             for c in batch.calls
         ]
-        dispatcher = Dispatcher(NAME, self.ledger, self.settings, noun="batch")
         whole = Batch(batch.batch_id, pending, metadata=batch.metadata)
         dispatcher.dispatch([whole], DispatchCounts())
 
+    def recover(self, batch: InlineBatch) -> None:
+        """Dispatch again the calls of the batch that a dead worker took with it.
+
+        The look a poll pass takes at a session it finds in flight: with a worker dead
+        since the batch's dispatch, and the reaper's turn past, a call that never began
+        on an empty queue (or a whole batch whose submit went down) is dispatched again;
+        otherwise nothing is sent. One look at a time in this process, since the reaper's
+        broker connection is not for several threads at once.
+        """
+        with _LOOKING:
+            reaper = _reaper()
+            dispatcher = Dispatcher(NAME, self.ledger, self.settings, reaper=reaper, noun="batch")
+            dispatcher.begin_pass()
+            self._dispatch(batch, dispatcher)
+
     def wait(self, batch: InlineBatch, seconds: float) -> Results | None:
-        """The batch's answer once delivered, or None after ``seconds``."""
-        raw = wait_element(self.ledger.client, batch.answer_key, seconds)
-        return decode_answer(raw) if raw is not None else None
+        """The batch's answer once delivered, or None after ``seconds``.
+
+        A look for calls lost with a dead worker (:meth:`recover`) every heartbeat.
+        """
+        deadline = time.monotonic() + seconds
+        while True:
+            left = deadline - time.monotonic()
+            raw = wait_element(self.ledger.client, batch.answer_key, min(left, self._look))
+            if raw is not None:
+                return decode_answer(raw)
+            if deadline - time.monotonic() <= 0:
+                return None
+            self.recover(batch)
+
+    @property
+    def _look(self) -> float:
+        """Seconds between two looks for lost calls."""
+        return self.settings.heartbeat
 
     def expire(self, batch: InlineBatch, seconds: float) -> Results:
         """Answer the unfinished calls with timeout errors, and store the batch's answer."""
@@ -195,9 +239,12 @@ class InlineRunner:
         deadline = time.monotonic() + timeout
         await asyncio.to_thread(self.start, batch, allowed=allowed)
         client = _async_client(self.settings.redis_url)
-        raw = await await_element(client, batch.answer_key, deadline - time.monotonic())
-        if raw is not None:
-            return decode_answer(raw)
+        while (left := deadline - time.monotonic()) > 0:
+            raw = await await_element(client, batch.answer_key, min(left, self._look))
+            if raw is not None:
+                return decode_answer(raw)
+            if deadline - time.monotonic() > 0:
+                await asyncio.to_thread(self.recover, batch)
         return await asyncio.to_thread(self.expire, batch, timeout)
 
 
@@ -210,6 +257,18 @@ def _refusal(call: InlineCall, allowed: Collection[str] | None) -> tuple[Outcome
         shown = call.name if len(call.name) <= 200 else f"{call.name[:200]}..."
         return Outcome.UNKNOWN_FUNCTION, f"Function {shown!r} is not available. Available: {names}"
     return None
+
+
+#: One look for lost calls at a time in this process (see :meth:`InlineRunner.recover`).
+_LOOKING = threading.Lock()
+
+
+@cache
+def _reaper() -> Reaper:
+    """The reaper of this process's looks: on the ledger's Redis and the app's broker."""
+    settings = get_settings()
+    broker = app.connection_for_write()
+    return Reaper(get_ledger(NAME).client, broker, settings.dead_after, settings.heartbeat)
 
 
 #: One asyncio Redis client per event loop (a client cannot cross loops).

@@ -10,8 +10,12 @@ drops. These tests run on both brokers (``make test`` runs tests/e2e on each).
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import json
 import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -185,17 +189,31 @@ def _redeliver_to_the_other(sid: str) -> bool:
     return False
 
 
+def lose_message_of(key: str) -> bool:
+    """Take the queued message of the call marked ``key`` off its queue, as a worker that
+    popped it and died before it recorded it as taken does (the reply died in its socket).
+
+    Only that message: a copy an earlier test's worker gave back as it stopped may wait
+    on the same queue.
+    """
+    from tasks.app import app
+
+    with app.connection_for_write() as conn:
+        client = conn.default_channel.client
+        for raw in client.lrange(PRIVATE_QUEUE, 0, -1):
+            if key.encode() in base64.b64decode(json.loads(raw)["body"]):
+                return bool(client.lrem(PRIVATE_QUEUE, 1, raw))
+    return False
+
+
 def test_a_call_whose_message_died_with_its_worker_is_dispatched_again(api, redis_client, tmp_path):
     if not on_redis():
         pytest.skip("RabbitMQ keeps a message until a consumer acks it: none is lost this way")
-    from tasks.app import app
 
     key = uuid.uuid4().hex
     sid = api.create_session([function_call("private_slow", {"key": key})])["id"]
     assert poller().poll_once().calls_dispatched == 1  # no private worker yet: it waits
-    with app.connection_for_write() as conn:  # a worker popped it, then died before it
-        client = conn.default_channel.client  # recorded it as taken: the reply was lost
-        assert client.rpop(PRIVATE_QUEUE) is not None
+    assert lose_message_of(key)
     redis_client.zadd("toolfan:workers", {"ghost@host#1": time.time()})
     worker = private_worker(tmp_path, "late")
     try:
@@ -206,6 +224,47 @@ def test_a_call_whose_message_died_with_its_worker_is_dispatched_again(api, redi
     finally:
         worker.stop()
     assert time.monotonic() - started <= DEAD_AFTER + SLACK + 5
+    assert runs(redis_client, key) == 1
+
+
+def _run_tool_calls(calls: list[dict], conversation_id: str) -> list[dict[str, str]]:
+    import toolfan
+
+    return toolfan.run_tool_calls(calls, conversation_id=conversation_id)
+
+
+def _arun_tool_calls(calls: list[dict], conversation_id: str) -> list[dict[str, str]]:
+    import toolfan
+
+    return asyncio.run(toolfan.arun_tool_calls(calls, conversation_id=conversation_id))
+
+
+@pytest.mark.parametrize("run", [_run_tool_calls, _arun_tool_calls])
+def test_a_run_tool_calls_call_whose_message_died_with_its_worker_runs_again(
+    redis_client, tmp_path, run
+):
+    # No poller covers an application's own batch: its waiting caller looks for the loss.
+    if not on_redis():
+        pytest.skip("RabbitMQ keeps a message until a consumer acks it: none is lost this way")
+
+    key = uuid.uuid4().hex
+    call = {"id": "lost", "type": "function"}
+    call["function"] = {"name": "private_slow", "arguments": json.dumps({"key": key})}
+    answer: list[list[dict[str, str]]] = []
+    caller = threading.Thread(target=lambda: answer.append(run([call], key)))
+    caller.start()
+    wait_for(lambda: lose_message_of(key), 30, "the call's message", 0.01)
+    redis_client.zadd("toolfan:workers", {"ghost@host#3": time.time()})
+    worker = private_worker(tmp_path, "late")
+    try:
+        worker.wait_ready()
+        started = time.monotonic()
+        caller.join(DEAD_AFTER + SLACK + 10)
+    finally:
+        worker.stop()
+    assert not caller.is_alive(), "the caller still waits"
+    assert time.monotonic() - started <= DEAD_AFTER + SLACK + 5  # not the 60 s timeout
+    assert answer == [[{"role": "tool", "tool_call_id": "lost", "content": "1"}]]
     assert runs(redis_client, key) == 1
 
 

@@ -16,8 +16,10 @@ a warm fleet),
 ``inprocess`` (the loop and thread-pool baselines), ``phases`` (idle polling,
 half load), ``report`` (table, targets, JSON), ``plot`` (PNG), ``run`` (the whole run),
 ``curves`` and ``curves_plot`` (``python -m bench curves``: cost curves against raw Celery),
-``soak``, ``soak_load``, ``soak_sample`` and ``soak_report`` (``python -m bench soak``: a
-long mixed load with faults on; memory, keys, pub/sub, connections and p95 over time).
+``soak``, ``soak_load``, ``soak_runs``, ``soak_inline``, ``soak_mix``, ``soak_sample`` and
+``soak_report`` (``python -m bench soak``: a long load of sessions, watched runs and
+``run_tool_calls`` batches with faults on; memory, keys, pub/sub, connections and p95 over
+time).
 This module imports nothing, so a worker importing ``bench.tools`` pays for
 nothing else.
 """

@@ -216,12 +216,12 @@ def _accounting(answered: list[JSON], seeded: SeededRuns, newly_watched: int) ->
         "runs_answered": len(per_run),
         "runs_answered_once": sum(1 for key in seeded.runs if per_run.get(key) == 1),
         "outputs": len(outputs),
-        "failed_outputs": sum(1 for o in outputs if _is_error(o)),
+        "failed_outputs": sum(1 for o in outputs if is_error(o)),
         "lost_answers": sum(1 for s in answered if s["lost"]),
     }
 
 
-def _is_error(output: str) -> bool:
+def is_error(output: str) -> bool:
     """Whether an output is toolfan's failure text, ``{"error": "..."}``."""
     try:
         value = json.loads(output)

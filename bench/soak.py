@@ -1,12 +1,16 @@
 """``python -m bench soak``: a long mixed load with faults on, watched for leaks and drift.
 
-Sessions of no-op, 50 ms and failing calls (some with hostile ids) arrive as a Poisson
-process at a share of what this machine sustained in a burst of the same mix measured
-first, while the API errs, throttles and drops answers at low rates, a worker is SIGKILLed
-and restarted every few minutes and a poller restarted. Every interval the soak samples the
-RSS of each process tree, Redis's memory, keys (and those without TTL, by pattern), pub/sub
-channels and connections; it reports their growth from the first steady sample to the last,
-the p95 of time to answer per window, and whether every session was answered exactly once.
+No-op, 50 ms and failing calls arrive as Poisson processes at a share of what this machine
+sustained in a burst of sessions of the same mix measured first, in the three ways the
+engine is driven: sessions (some with hostile ids), watched runs of one or two phases
+(``--runs-share``) and ``run_tool_calls`` batches from caller threads of this process
+(``--inline-share``). Meanwhile the API errs, throttles and drops answers at low rates, a
+worker is SIGKILLed and restarted every few minutes and a poller (of both sources)
+restarted. Every interval the soak samples the RSS of each process tree, Redis's memory,
+keys (and those without TTL, by pattern), watched runs, pub/sub channels and connections;
+it reports their growth from the first steady sample to the last, the p95 of time to
+answer per window, and whether every session, every run's phase and every batch was
+answered exactly once.
 
 Two things make a long run measure toolfan rather than its stand-ins. The ledger's TTL is
 short (``--ledger-ttl``, 150 s), so the ledger reaches its steady size within the warm-up
@@ -17,7 +21,9 @@ every ``--epoch`` seconds (once every session of the epoch is answered and the b
 quiet): it keeps every session it ever created, and a poller lists them all each pass, so
 without that each pass would grow with the run. Workers and pollers that die are not
 judged on memory (their RSS starts over); the prefork and the threads worker and the
-fast poller live the whole run and are.
+fast pollers (one of sessions, one of runs) live the whole run and are. An epoch closes
+only once every run of it is submitted and no longer watched: the emulator forgetting a
+run the pollers still watch would drop its watch as a 404, hiding a watch that leaks.
 """
 
 from __future__ import annotations
@@ -40,11 +46,15 @@ from typing import Any
 import redis
 
 from bench import soak_report
+from bench.assistants import RUNS_PATH, runs_poller, submits
 from bench.config import NOOP_TOOL, BenchConfig, Workload
 from bench.emu import JSON, Emulator
 from bench.measure import percentiles
-from bench.soak_load import Seeded, Seeder, Tally, answer_times, plan_burst
-from bench.soak_sample import LOAD_PATTERNS, redis_sample, rss
+from bench.soak_inline import BatchAnswer, InlineTally, batch_times
+from bench.soak_load import Seeded, Tally, answer_times, plan_burst
+from bench.soak_mix import INLINE, RUNS, Mix, Rates
+from bench.soak_runs import RunTally, SeededRun, phase_times
+from bench.soak_sample import LOAD_PATTERNS, redis_sample, rss, watched_runs
 from bench.stack import BenchStack
 from dispatcher.devstack import Service, wait_for
 
@@ -61,8 +71,10 @@ FAULTS: JSON = {
 QUICK_FAULTS: JSON = {**FAULTS, "error_rate": 0.08, "throttle_rate": 0.04, "lost_202_rate": 0.1}
 #: Threads of the threads worker (it takes most of the 50 ms calls).
 THREADS = 16
-#: Interval of the poller that is restarted (the judged one polls at the bench's 0.2 s).
+#: Interval of the poller that is restarted (the judged ones poll at the bench's 0.2 s).
 SECOND_POLL_INTERVAL = 1.0
+#: The sources of the poller that is restarted: it races both judged pollers.
+SECOND_POLL_SOURCES = "agents,assistants"
 
 
 @dataclass(frozen=True)
@@ -73,6 +85,9 @@ class SoakConfig:
     minutes: float = 30.0
     rate: float | None = None
     share: float = 0.4
+    runs_share: float = 0.15
+    inline_share: float = 0.15
+    inline_timeout: float = 60.0
     interval: float = 10.0
     warmup: float = 180.0
     window: float = 60.0
@@ -102,6 +117,7 @@ class SoakConfig:
             restart_every=60.0,
             ledger_ttl=60,
             queue_budget=20,
+            inline_timeout=30.0,
             burst=30,
             drain_timeout=40.0,
             final_timeout=60.0,
@@ -162,20 +178,32 @@ class Soak:
         self.postponed = 0
         self.started = 0.0
         self.burst_calls = 0
+        self.mix: Mix | None = None
+        self.turn = 0.0
+        self.runs = RunTally()
+        self.inline = InlineTally()
+        self.epoch_runs: list[SeededRun] = []
+        self.epoch_submits: list[JSON] = []
+        self.epoch_answers: list[BatchAnswer] = []
+        self.source_times: dict[str, list[tuple[float, float]]] = {RUNS: [], INLINE: []}
+        self.watches_left: int | None = None
 
     # --- the fleet ----------------------------------------------------------------------
 
     def start_fleet(self) -> None:
-        """The judged prefork and threads workers and fast poller, a victim, a second poller."""
+        """The judged workers and fast pollers (sessions, runs), a victim, a second poller."""
         prefork = self.fleet.enter_context(self.stack.workers(fleet("prefork", None, None)))
         threads = self.fleet.enter_context(self.stack.workers(fleet("threads", "threads", THREADS)))
         poller = self.fleet.enter_context(self.stack.poller())
+        runs = self.fleet.enter_context(runs_poller(self.stack))
         self.pids.update(
             {"worker-prefork": prefork[0].proc.pid, "worker-threads": threads[0].proc.pid}
         )
-        self.pids["poller"] = poller.proc.pid
+        self.pids.update({"poller": poller.proc.pid, "poller-runs": runs.proc.pid})
         self.start_victim()
         self.start_second_poller()
+        settings = self.emu.http.get("/settings").raise_for_status().json()
+        self.turn = float(settings["turn_duration"])
 
     def start_victim(self) -> None:
         """A default worker that is SIGKILLed (main and pool processes) now and then."""
@@ -197,11 +225,12 @@ class Soak:
         self.start_victim()
 
     def start_second_poller(self) -> None:
-        """A second ``toolfan poll`` (1 s), racing the first: restarted now and then."""
+        """A second ``toolfan poll`` (1 s) of both sources, racing the first two: restarted."""
         index = self.faults["poller_restarts"]
         argv = ["poll", "--interval", str(SECOND_POLL_INTERVAL)]
         log = self.stack.workdir / f"poller-second{index}.log"
-        self.second_poller = Service(argv, log, self.stack.env)
+        env = {**self.stack.env, "TOOLFAN_SOURCES": SECOND_POLL_SOURCES}
+        self.second_poller = Service(argv, log, env)
         self.second_poller.wait_for_output("poll:", 60)
         self.pids["poller-second"] = self.second_poller.proc.pid
 
@@ -228,20 +257,41 @@ class Soak:
         self.emu.http.put("/faults", json=body).raise_for_status()
 
     def collect(self) -> None:
-        """Read the batches accepted since the last read."""
+        """Read the batches and submits accepted since the last read."""
         self.epoch_batches += self.emu.batches(len(self.epoch_batches))
+        self.epoch_submits += submits(self.emu, len(self.epoch_submits))
+
+    def take(self) -> None:
+        """Keep what every source sent since the last look (sessions, runs, answers)."""
+        if self.mix is not None:
+            self.epoch_seeded += self.mix.sessions.take()
+            self.epoch_runs += self.mix.runs.take()
+            self.epoch_answers += self.mix.inline.take()
 
     def settled(self) -> bool:
-        """Every session of the epoch answered, every dropped 202 replayed, the broker idle."""
+        """Whether the epoch may close: its sessions, runs and batches all answered.
+
+        Also every dropped 202 replayed, no run watched any more, the broker idle.
+        """
+        self.take()
         self.collect()
         answered = {b["session_id"] for b in self.epoch_batches}
         if any(s.session_id not in answered for s in self.epoch_seeded):
+            return False
+        if not self.runs_submitted() or (self.mix is not None and self.mix.inline.in_flight()):
             return False
         records = self.emu.http.get("/requests", params={"path": "/events", "method": "POST"})
         data = records.raise_for_status().json()["data"]
         lost = {r["headers"].get("idempotency-key") for r in data if r["outcome"] == "lost"}
         replayed = {r["headers"].get("idempotency-key") for r in data if r["outcome"] == "replayed"}
-        return lost <= replayed and self.broker_idle()
+        return lost <= replayed and self.broker_idle() and watched_runs(self.redis) == 0
+
+    def runs_submitted(self) -> bool:
+        """Every phase of every run of the epoch has an accepted submit."""
+        done = {(s["thread_id"], s["run_id"], int(s["phase"])) for s in self.epoch_submits}
+        return all(
+            (*run.key, p) in done for run in self.epoch_runs for p in range(len(run.plan.phases))
+        )
 
     def broker_idle(self) -> bool:
         """No message waiting in a queue or taken and not yet acknowledged."""
@@ -268,15 +318,25 @@ class Soak:
         """Tally the epoch and make the emulator forget it, if everything settled."""
         if not self.settled():
             return False
-        self.tally.add(self.epoch_seeded, self.epoch_batches)
-        self.times += answer_times(self.epoch_seeded, self.epoch_batches)
+        self.watches_left = watched_runs(self.redis)
+        self.tally_epoch()
         data = self.emu.http.get("/requests", params={"path": "/v1/"}).raise_for_status().json()
-        self.faults.update(f"api_{r['outcome']}" for r in data["data"])
+        self.faults.update(f"{_api(r['path'])}{r['outcome']}" for r in data["data"])
         self.emu.reset()
         self.set_faults()
         self.epochs += 1
-        self.epoch_seeded, self.epoch_batches = [], []
         return True
+
+    def tally_epoch(self) -> None:
+        """Check the epoch's sessions, runs and batches, keep their times; start a new one."""
+        self.tally.add(self.epoch_seeded, self.epoch_batches)
+        self.times += answer_times(self.epoch_seeded, self.epoch_batches)
+        self.runs.add(self.epoch_runs, self.epoch_submits)
+        self.source_times[RUNS] += phase_times(self.epoch_runs, self.epoch_submits, self.turn)
+        self.inline.add(self.epoch_answers)
+        self.source_times[INLINE] += batch_times(self.epoch_answers)
+        self.epoch_seeded, self.epoch_batches = [], []
+        self.epoch_runs, self.epoch_submits, self.epoch_answers = [], [], []
 
     # --- the run ------------------------------------------------------------------------
 
@@ -303,33 +363,49 @@ class Soak:
         source = (
             "--rate" if self.config.rate else f"{self.config.share:.0%} of a burst's {burst:.0f}"
         )
-        say(f"burst of {self.config.burst} sessions: {burst:.0f} calls/s; offering {rate:.1f}")
-        seeder = Seeder(self.stack.origin, rate, self.config.seed)
+        rates = Rates.split(rate, self.config.runs_share, self.config.inline_share)
+        say(
+            f"burst of {self.config.burst} sessions: {burst:.0f} calls/s; offering {rate:.1f} "
+            f"({rates.sessions:.1f} in sessions, {rates.runs:.1f} in runs, "
+            f"{rates.inline:.1f} in run_tool_calls)"
+        )
+        mix = self.mix = Mix(self.stack.origin, rates, self.config.seed, self.config.inline_timeout)
         self.started = time.monotonic()
-        seeder.start()
-        seeder.resume()
+        mix.start()
+        mix.resume()
+        closed = False
         try:
-            self.loop(seeder)
-            seeder.pause()
-            self.epoch_seeded += seeder.take()
+            self.loop(mix)
+            mix.pause()
+            self.take()
             load_seconds = time.monotonic() - self.started
             self.sample()
-            if not self.close_epoch(self.config.final_timeout):
-                self.tally.add(self.epoch_seeded, self.epoch_batches)  # what is missing counts
-                self.times += answer_times(self.epoch_seeded, self.epoch_batches)
+            closed = self.close_epoch(self.config.final_timeout)
         finally:
-            seeder.stop()
-        if seeder.error is not None:
-            raise seeder.error
+            mix.stop()
+        mix.check()
+        if not closed:  # what is missing counts, and so do the watches left
+            self.take()
+            self.collect()
+            self.watches_left = watched_runs(self.redis)
+            self.tally_epoch()
         return {
             "rate_calls_per_s": rate,
             "rate_source": source,
+            "rates_calls_per_s": rates.to_json(),
             "burst_calls_per_s": burst,
             "load_seconds": load_seconds,
-            "answered_calls_per_s": (self.tally.answered - self.burst_calls) / load_seconds,
+            "answered_calls_per_s": (self.answered() - self.burst_calls) / load_seconds,
         }
 
-    def loop(self, seeder: Seeder) -> None:
+    def answered(self) -> int:
+        """Calls answered so far, of every source (the epoch's included)."""
+        epoch = self._epoch_calls()
+        epoch += sum(len(s["tool_outputs"]) for s in self.epoch_submits)
+        epoch += sum(len(a.messages or []) for a in self.epoch_answers)
+        return self.tally.answered + self.runs.answered + self.inline.answered + epoch
+
+    def loop(self, mix: Mix) -> None:
         """Until the load's end: sample, close epochs, inject the scheduled faults.
 
         An epoch closes without blocking the samples: the seeder pauses, and once every
@@ -341,22 +417,21 @@ class Soak:
         next_sample, next_epoch = 0.0, self.config.epoch
         closing: float | None = None
         while (now := time.monotonic() - self.started) < self.config.seconds:
-            if seeder.error is not None:
-                raise seeder.error
-            self.epoch_seeded += seeder.take()
+            mix.check()
+            self.take()
             self.collect()
             if now >= next_sample:
                 self.sample()
                 next_sample += self.config.interval
             if closing is None and now >= next_epoch:
-                seeder.pause()
-                self.epoch_seeded += seeder.take()
+                mix.pause()
+                self.take()
                 closing = now
             if closing is not None:
                 closed = self.try_close()
                 if closed or now - closing > self.config.drain_timeout:
                     self.postponed += not closed
-                    seeder.resume()
+                    mix.resume()
                     closing, next_epoch = None, now + self.config.epoch
                     if schedule and schedule[0][0] <= now:
                         self.inject(schedule.pop(0)[1], now)
@@ -376,8 +451,10 @@ class Soak:
         t = time.monotonic() - self.started
         sample: dict[str, Any] = {
             "t": t,
-            "calls_answered": self.tally.answered + self._epoch_calls(),
+            "calls_answered": self.answered(),
             "sessions_seeded": self.tally.sessions + len(self.epoch_seeded),
+            "runs_seeded": self.runs.runs + len(self.epoch_runs),
+            "batches_answered": self.inline.batches + len(self.epoch_answers),
             "rss": {role: rss(pid) for role, pid in self.pids.items()},
             "redis": redis_sample(self.redis, {"broker": self.broker, "ledger": self.redis}),
         }
@@ -389,6 +466,7 @@ class Soak:
             f"prefork {sample['rss']['worker-prefork'] / 1e6:5.0f} MB  "
             f"threads {sample['rss']['worker-threads'] / 1e6:5.0f} MB  "
             f"poller {sample['rss']['poller'] / 1e6:4.0f} MB  "
+            f"runs poller {sample['rss']['poller-runs'] / 1e6:4.0f} MB  "
             f"redis {sample['redis']['used_memory'] / 1e6:5.1f} MB  "
             f"p95 {sample['p95_recent']:.3f} s"
         )
@@ -406,7 +484,10 @@ class Soak:
 def windows(
     times: Sequence[tuple[float, float]], started_wall: float, width: float, end: float
 ) -> list[dict[str, Any]]:
-    """p50/p95 of time to answer per window of seeding time (load seconds)."""
+    """p50/p95 of time to answer per window of seeding time (load seconds).
+
+    ``sessions`` counts the answers of the window (sessions, runs' phases or batches).
+    """
     out = []
     start = 0.0
     while start + width <= end:  # full windows only: a last stub holds a handful
@@ -446,7 +527,7 @@ def run_soak(config: SoakConfig) -> dict[str, Any]:
     with soak_stack(config) as (stack, fleet_stack):
         soak = Soak(config, stack, fleet_stack)
         try:
-            say("starting the fleet: prefork, threads and victim workers, two pollers")
+            say("starting the fleet: prefork, threads and victim workers, three pollers")
             soak.start_fleet()
             info = soak.run()
             wall_zero = _wall_zero(soak)
@@ -461,6 +542,15 @@ def run_soak(config: SoakConfig) -> dict[str, Any]:
     )
 
 
+def _api(path: str) -> str:
+    """The prefix an API request's outcome is counted under: runs' apart from sessions'.
+
+    Sessions' lost answers are replayed under their idempotency key; runs' are not (the
+    protocol has none: toolfan reads the run instead), so the two are counted apart.
+    """
+    return "runs_" if path.startswith(RUNS_PATH) else "api_"
+
+
 def _wall_zero(soak: Soak) -> float:
     """The wall-clock time of the load's start (answer times are the emulator's wall clock)."""
     return time.time() - (time.monotonic() - soak.started)
@@ -471,6 +561,7 @@ def document(
 ) -> dict[str, Any]:
     """Everything the soak measured, with its verdicts."""
     api = {k.removeprefix("api_"): v for k, v in soak.faults.items() if k.startswith("api_")}
+    runs = {k.removeprefix("runs_"): v for k, v in soak.faults.items() if k.startswith("runs_")}
     doc: dict[str, Any] = {
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()},
         "info": {
@@ -480,13 +571,20 @@ def document(
         },
         "series": soak.series,
         "windows": windows(soak.times, wall_zero, config.window, info["load_seconds"]),
+        "windows_by_source": {
+            name: windows(times, wall_zero, config.window, info["load_seconds"])
+            for name, times in soak.source_times.items()
+        },
         "events": soak.events,
         "faults": {
             "worker_kills": soak.faults["worker_kills"],
             "poller_restarts": soak.faults["poller_restarts"],
             "api": api,
+            "api_runs": runs,
         },
         "tally": soak.tally.to_json(),
+        "runs": {**soak.runs.to_json(), "watches_left": soak.watches_left},
+        "inline": soak.inline.to_json(),
         "memory": soak_report.memory_table(soak.series, config.warmup),
     }
     evaluated = soak_report.targets(doc)
@@ -514,10 +612,11 @@ def build_parser() -> argparse.ArgumentParser:
     d = SoakConfig()
     p = argparse.ArgumentParser(
         prog="python -m bench soak",
-        description="A long mixed load with faults on (API errors, 429s, dropped 202s, slow "
-        "answers; a worker SIGKILLed and a poller restarted every few minutes), sampling "
-        "memory, Redis keys, pub/sub channels, connections and p95. Writes soak.json, "
-        "soak.txt and soak.png to --out. Exits 0 even when a verdict fails.",
+        description="A long mixed load of sessions, watched runs and run_tool_calls batches "
+        "with faults on (API errors, 429s, dropped 202s, slow answers; a worker SIGKILLed "
+        "and a poller restarted every few minutes), sampling memory, Redis keys, watched "
+        "runs, pub/sub channels, connections and p95. Writes soak.json, soak.txt and "
+        "soak.png to --out. Exits 0 even when a verdict fails.",
     )
     p.add_argument(
         "--minutes", type=float, default=d.minutes, help=f"minutes of load ({d.minutes:g})"
@@ -526,7 +625,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--rate",
         type=float,
         default=None,
-        help=f"calls/s to offer (default: {d.share * 100:.0f} %% of a burst's)",
+        help=f"calls/s to offer, all sources together (default: {d.share * 100:.0f} %% of a "
+        "burst's)",
+    )
+    p.add_argument(
+        "--runs-share",
+        type=float,
+        default=d.runs_share,
+        help="share of the offered calls in runs of the assistants source, watched with "
+        f"watch_runs, of one or two phases ({d.runs_share * 100:.0f} %%)",
+    )
+    p.add_argument(
+        "--inline-share",
+        type=float,
+        default=d.inline_share,
+        help="share of the offered calls in toolfan.run_tool_calls batches from caller "
+        f"threads of the soak ({d.inline_share * 100:.0f} %%); sessions take the rest",
     )
     p.add_argument(
         "--interval",
@@ -603,12 +717,20 @@ POSITIVE = (
 )
 
 
+#: Shares of the offered calls: each from 0 (that source left out) to below 1, together
+#: below 1, so sessions keep a share (the calibration and the p95 verdict are theirs).
+SHARES = ("runs_share", "inline_share")
+
+
 def bad_option(args: argparse.Namespace) -> str | None:
     """What is wrong with the options, or None (``--rate`` may be left out)."""
     for name in POSITIVE:
         value = getattr(args, name)
         if value is not None and not (math.isfinite(value) and value > 0):
             return f"--{name.replace('_', '-')} must be a positive number, not {value!r}"
+    shares = [getattr(args, name) for name in SHARES]
+    if not all(math.isfinite(v) and 0 <= v < 1 for v in shares) or sum(shares) >= 1:
+        return f"--runs-share and --inline-share must be from 0 to below 1 together, not {shares}"
     return None
 
 
@@ -618,6 +740,8 @@ def soak_config(args: argparse.Namespace) -> SoakConfig:
         out=Path(args.out),
         minutes=args.minutes,
         rate=args.rate,
+        runs_share=args.runs_share,
+        inline_share=args.inline_share,
         interval=args.interval,
         warmup=args.warmup,
         window=args.window,

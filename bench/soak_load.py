@@ -1,9 +1,11 @@
-"""The soak's load: a mix of sessions arriving as a Poisson process, and its exactly-once tally.
+"""The soak's load: sessions arriving as a Poisson process, and their exactly-once tally.
 
 The load is open-loop: sessions arrive at their scheduled times whatever the answers do,
 so a slowdown shows as a longer time to answer instead of a lighter load. Each session is
 planned up front (its calls and whether each must succeed), so the tally checks every
-answer from the outside, against the plan, never against the ledger under test.
+answer from the outside, against the plan, never against the ledger under test. The
+other sources of the load (``soak_runs``, ``soak_inline``) arrive the same way
+(:class:`Arrivals`) and draw their calls from the same mix (:func:`draw_calls`).
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from bench.config import IO_TOOL, NOOP_TOOL
 from bench.emu import JSON, Emulator
+
+P = TypeVar("P")
+K = TypeVar("K")
 
 FAIL_TOOL = "bench_fail"
 TOOL_RESULT = "agent.session.input.tool_result"
@@ -52,16 +57,28 @@ class Seeded:
     plan: Planned
 
 
+def draw_count(rng: random.Random) -> int:
+    """Calls of one answer (a session, a run's phase, a batch), from :data:`CALLS_WEIGHTS`."""
+    return rng.choices(list(CALLS_WEIGHTS), weights=list(CALLS_WEIGHTS.values()))[0]
+
+
+def draw_calls(rng: random.Random, count: int) -> list[tuple[str, JSON]]:
+    """``count`` calls of the mix: each tool's name and arguments, from :data:`TOOL_WEIGHTS`."""
+    names = [
+        rng.choices(list(TOOL_WEIGHTS), weights=list(TOOL_WEIGHTS.values()))[0]
+        for _ in range(count)
+    ]
+    return [(name, {"ms": IO_MS} if name == IO_TOOL else {}) for name in names]
+
+
 def plan_session(rng: random.Random, n: int) -> Planned:
     """One session of the mix; ``n`` makes hostile ids unique."""
-    count = rng.choices(list(CALLS_WEIGHTS), weights=list(CALLS_WEIGHTS.values()))[0]
+    count = draw_count(rng)
     hostile = rng.random() < HOSTILE_SHARE
     turn = f"t {n}:{{ü}}/%" if hostile else "t1"
     calls, expect = [], {}
-    for i in range(count):
-        name = rng.choices(list(TOOL_WEIGHTS), weights=list(TOOL_WEIGHTS.values()))[0]
+    for i, (name, arguments) in enumerate(draw_calls(rng, count)):
         call_id = f"c{i}:{{x}}/ü %2F~" if hostile else f"c{i}"
-        arguments = {"ms": IO_MS} if name == IO_TOOL else {}
         calls.append({"name": name, "arguments": arguments, "turn_id": turn, "call_id": call_id})
         expect[call_id] = name != FAIL_TOOL
     body: JSON = {"function_calls": calls}
@@ -71,7 +88,45 @@ def plan_session(rng: random.Random, n: int) -> Planned:
 
 
 @dataclass
-class Tally:
+class Problems:
+    """What every tally counts: calls planned and answered, and what it found wrong.
+
+    ``failures`` counts the calls of the failing tool answered as failures; ``duplicated``
+    answers given more than once; ``wrong`` answers with the other outcome than planned
+    (or unasked for); ``missing`` answers never given; ``problems`` the first few, described.
+    """
+
+    calls: int = 0
+    answered: int = 0
+    failures: int = 0
+    duplicated: int = 0
+    wrong: int = 0
+    missing: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def _problem(self, text: str) -> None:
+        if len(self.problems) < 20:
+            self.problems.append(text)
+
+    def _once(self, count: int, what: str) -> bool:
+        """Count ``what`` missing (then False) or duplicated by how many answers it had."""
+        if count == 0:
+            self.missing += 1
+            self._problem(f"{what} never answered")
+            return False
+        if count > 1:
+            self.duplicated += 1
+            self._problem(f"{what} answered {count} times")
+        return True
+
+    @property
+    def errors(self) -> int:
+        """Answers lost, given twice, or wrong."""
+        return self.missing + self.duplicated + self.wrong
+
+
+@dataclass
+class Tally(Problems):
     """Sessions and calls answered, from the emulator's accepted batches (replays excluded).
 
     ``duplicated`` counts sessions with more than one accepted batch or a call answered more
@@ -80,14 +135,7 @@ class Tally:
     """
 
     sessions: int = 0
-    calls: int = 0
-    answered: int = 0
-    failures: int = 0
-    duplicated: int = 0
-    wrong: int = 0
-    missing: int = 0
     hostile: int = 0
-    problems: list[str] = field(default_factory=list)
 
     def add(self, seeded: Sequence[Seeded], batches: Sequence[JSON]) -> None:
         """Check one epoch's sessions against the batches the emulator accepted for them."""
@@ -104,13 +152,8 @@ class Tally:
             self.wrong += 1
 
     def _check(self, s: Seeded, batches: list[JSON]) -> None:
-        if not batches:
-            self.missing += 1
-            self._problem(f"session {s.session_id!r} never answered")
+        if not self._once(len(batches), f"session {s.session_id!r}"):
             return
-        if len(batches) > 1:
-            self.duplicated += 1
-            self._problem(f"session {s.session_id!r} answered by {len(batches)} batches")
         events = [e for b in batches for e in b["events"] if e.get("type") == TOOL_RESULT]
         seen = Counter(e["call_id"] for e in events)
         for call_id in s.plan.expect:
@@ -127,15 +170,6 @@ class Tally:
             self.answered += 1
             self.failures += event.get("success") is False
 
-    def _problem(self, text: str) -> None:
-        if len(self.problems) < 20:
-            self.problems.append(text)
-
-    @property
-    def errors(self) -> int:
-        """Sessions or calls lost, answered twice, or answered wrongly."""
-        return self.missing + self.duplicated + self.wrong
-
     def to_json(self) -> dict[str, Any]:
         """The tally as data."""
         return {
@@ -151,77 +185,88 @@ class Tally:
         }
 
 
-class Seeder(threading.Thread):
-    """Seeds planned sessions at Poisson arrival times on its own connection.
+class Arrivals(threading.Thread, Generic[P, K]):
+    """Sends planned arrivals at Poisson times on its own thread, and keeps what they gave.
 
-    :meth:`pause` stops the clock as well as the seeding (an epoch's drain), so the load
-    resumes at the same rate without a burst of the arrivals the pause would have missed.
+    Every source of the soak's load is one: sessions seeded in the emulator, runs seeded and
+    watched, ``run_tool_calls`` batches. :meth:`pause` stops the clock as well as the
+    sending (an epoch's drain), so the load resumes at the same rate without a burst of
+    the arrivals the pause would have missed. A rate of zero sends nothing (a source the
+    options leave out).
 
     Args:
-        origin: The emulator's ``http://host:port``.
-        rate: Calls per second to offer (sessions arrive at ``rate`` / mean calls).
-        seed: Seed of the arrivals and of the mix.
+        name: The thread's name.
+        rate: Arrivals per second.
+        seed: Seed of the arrivals and of the plans.
     """
 
-    def __init__(self, origin: str, rate: float, seed: int) -> None:
-        super().__init__(name="soak-seeder", daemon=True)
-        self.emu = Emulator(origin)
+    def __init__(self, name: str, rate: float, seed: int) -> None:
+        super().__init__(name=name, daemon=True)
         self.rng = random.Random(seed)  # noqa: S311 - a load shape, not cryptography
-        self.session_rate = rate / mean_calls()
+        self.rate = rate
         self.lock = threading.Lock()
-        self.seeded: list[Seeded] = []
+        self.kept: list[K] = []
         self._run = threading.Event()
         self._idle = threading.Event()
         self._done = threading.Event()
         self._n = 0
         self.error: BaseException | None = None
 
+    def plan(self, n: int) -> P:
+        """The ``n``-th arrival (from 1), drawn from :attr:`rng`."""
+        raise NotImplementedError
+
+    def send(self, plans: list[P]) -> None:
+        """Send the arrivals that are due together; :meth:`keep` what comes of them."""
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """Close what the thread holds, once it ends."""
+
+    def keep(self, items: Iterable[K]) -> None:
+        """Keep items for :meth:`take` (from any thread)."""
+        with self.lock:
+            self.kept += items
+
     def run(self) -> None:
-        """Seed until stopped; a failure is kept for the caller to raise."""
+        """Send until stopped; a failure is kept for the caller to raise."""
         try:
             self._loop()
         except BaseException as exc:  # handed to the main thread
             self.error = exc
         finally:
             self._idle.set()
-            self.emu.close()
+            self.release()
 
     def _loop(self) -> None:
         due = time.monotonic()
         while not self._done.is_set():
-            if not self._run.is_set():
+            if not self._run.is_set() or self.rate <= 0:
                 self._idle.set()
                 self._run.wait(0.2)
                 due = time.monotonic()
                 continue
             self._idle.clear()
-            due += self.rng.expovariate(self.session_rate)
+            due += self.rng.expovariate(self.rate)
             delay = due - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            plans = [self._plan()]
-            while due + (gap := self.rng.expovariate(self.session_rate)) <= time.monotonic():
+            plans = [self._next()]
+            while due + (gap := self.rng.expovariate(self.rate)) <= time.monotonic():
                 due += gap  # every arrival already due goes in the same request
-                plans.append(self._plan())
-            self._seed(plans)
+                plans.append(self._next())
+            self.send(plans)
 
-    def _plan(self) -> Planned:
+    def _next(self) -> P:
         self._n += 1
-        return plan_session(self.rng, self._n)
-
-    def _seed(self, plans: list[Planned]) -> None:
-        for chunk in self.emu.seed([p.body for p in plans]):
-            with self.lock:
-                self.seeded += [
-                    Seeded(sid, chunk.at, p) for sid, p in zip(chunk.ids, plans, strict=True)
-                ]
+        return self.plan(self._n)
 
     def resume(self) -> None:
-        """Start (or go on) seeding."""
+        """Start (or go on) sending."""
         self._run.set()
 
     def pause(self, timeout: float = 30) -> None:
-        """Stop seeding and wait until no seed request is in flight."""
+        """Stop sending and wait until no send is in flight."""
         self._run.clear()
         self._idle.clear()
         self._idle.wait(timeout)
@@ -232,11 +277,38 @@ class Seeder(threading.Thread):
         self._run.set()
         self.join(30)
 
-    def take(self) -> list[Seeded]:
-        """The sessions seeded since the last call (the caller keeps them)."""
+    def take(self) -> list[K]:
+        """What was kept since the last call (the caller keeps it)."""
         with self.lock:
-            taken, self.seeded = self.seeded, []
+            taken, self.kept = self.kept, []
         return taken
+
+
+class Seeder(Arrivals[Planned, Seeded]):
+    """Seeds planned sessions at Poisson arrival times on its own connection.
+
+    Args:
+        origin: The emulator's ``http://host:port``.
+        rate: Calls per second to offer (sessions arrive at ``rate`` / mean calls).
+        seed: Seed of the arrivals and of the mix.
+    """
+
+    def __init__(self, origin: str, rate: float, seed: int) -> None:
+        super().__init__("soak-seeder", rate / mean_calls(), seed)
+        self.emu = Emulator(origin)
+
+    def plan(self, n: int) -> Planned:
+        """One session of the mix."""
+        return plan_session(self.rng, n)
+
+    def send(self, plans: list[Planned]) -> None:
+        """Seed the sessions (in bulk requests)."""
+        for chunk in self.emu.seed([p.body for p in plans]):
+            self.keep(Seeded(sid, chunk.at, p) for sid, p in zip(chunk.ids, plans, strict=True))
+
+    def release(self) -> None:
+        """Close the emulator client."""
+        self.emu.close()
 
 
 def mean_calls() -> float:

@@ -27,13 +27,17 @@ MEMORY_GROWTH_LIMIT = 10.0
 #: of p95 between windows of one steady run, so only a trend (a queue that builds, a pass
 #: that lengthens with every session ever seen) fails it.
 P95_RATIO_LIMIT = 1.5
-#: Memory roles judged: the workers and poller that live the whole run, and Redis.
+#: Memory roles judged: the workers and pollers that live the whole run, and Redis.
 MEMORY_ROLES = {
     "worker-prefork": "prefork worker (main + pool processes) RSS",
     "worker-threads": "threads worker RSS",
     "poller": "poller RSS",
+    "poller-runs": "runs poller RSS",
     "redis": "Redis used_memory",
 }
+#: The other sources' p95 per window, reported beside the sessions' verdict (their own
+#: windows hold fewer answers, so a trend shows less surely there).
+SOURCE_P95 = {"runs": "runs' phases", "run_tool_calls": "run_tool_calls batches"}
 
 
 def memory_of(sample: Sample, role: str) -> float:
@@ -125,7 +129,8 @@ def targets(soak: dict[str, Any]) -> list[Target]:
             last - first,
             "<=",
             0,
-            f"{first:g} -> {last:g} keys (broker queues and unacked bookkeeping excluded)",
+            f"{first:g} -> {last:g} keys (broker queues, unacked bookkeeping and the watched "
+            "runs' hash excluded)",
         )
     )
     for name, path in (
@@ -143,43 +148,102 @@ def targets(soak: dict[str, Any]) -> list[Target]:
             )
         )
     out.append(_p95_target(soak["windows"], warmup))
-    tally = soak["tally"]
-    out.append(
+    return out + exactly_once(soak)
+
+
+def _errors(tally: dict[str, Any]) -> str:
+    return f"{tally['missing']} missing, {tally['duplicated']} duplicated, {tally['wrong']} wrong"
+
+
+#: What counts against a ``run_tool_calls`` batch: a call lost, answered twice, wrongly or
+#: with the timeout error, or a call that raised.
+INLINE_ERRORS = ("missing", "duplicated", "wrong", "timed_out", "raised")
+
+
+def exactly_once(soak: dict[str, Any]) -> list[Target]:
+    """Each source's answers, checked from the outside; and the watches the runs left."""
+    tally, runs, inline = soak["tally"], soak["runs"], soak["inline"]
+    inline_errors = sum(inline[k] for k in INLINE_ERRORS)
+    left = runs["watches_left"]
+    return [
         Target(
             "sessions not answered exactly once",
             float(tally["missing"] + tally["duplicated"] + tally["wrong"]),
             "==",
             0,
-            f"{tally['sessions']:,} sessions, {tally['calls']:,} calls: "
-            f"{tally['missing']} missing, {tally['duplicated']} duplicated, "
-            f"{tally['wrong']} wrong, "
+            f"{tally['sessions']:,} sessions, {tally['calls']:,} calls: {_errors(tally)}, "
             f"{tally['failures_answered']:,} failures answered as failures",
-        )
-    )
-    return out
+        ),
+        Target(
+            "runs' phases not submitted exactly once",
+            float(runs["missing"] + runs["duplicated"] + runs["wrong"]),
+            "==",
+            0,
+            f"{runs['runs']:,} runs, {runs['phases']:,} phases, {runs['calls']:,} calls: "
+            f"{_errors(runs)}, {runs['failures_answered']:,} failures answered as errors, "
+            f"{runs['lost_answers']} submits' answers lost",
+        ),
+        Target(
+            "runs still watched once all were answered",
+            None if left is None else float(left),
+            "==",
+            0,
+            "a watch the pollers never dropped would stay for good",
+        ),
+        Target(
+            "run_tool_calls batches not answered exactly once",
+            float(inline_errors),
+            "==",
+            0,
+            f"{inline['batches']:,} batches, {inline['calls']:,} calls: {_errors(inline)}, "
+            f"{inline['timed_out']} timed out, {inline['raised']} raised, "
+            f"{inline['failures_answered']:,} failures answered as errors",
+        ),
+    ]
 
 
 def _p95_target(windows: Sequence[dict[str, Any]], warmup: float) -> Target:
-    """The last window's p95 against the first steady one's."""
+    """The last window's p95 against the first steady one's (the sessions')."""
+    name = "p95 time to answer, last window / first steady"
+    trend = p95_trend(windows, warmup)
+    if trend is None:
+        return Target(name, None, "<=", P95_RATIO_LIMIT, "no window")
+    ratio, detail = trend
+    return Target(name, ratio, "<=", P95_RATIO_LIMIT, detail)
+
+
+def p95_trend(windows: Sequence[dict[str, Any]], warmup: float) -> tuple[float, str] | None:
+    """The last window's p95 over the first steady one's, and both; None without a window."""
     full = [w for w in windows if w["sessions"]]
     steady = [w for w in full if w["start"] >= warmup] or full
     if not steady:
-        return Target(
-            "p95 time to answer, last window / first steady",
-            None,
-            "<=",
-            P95_RATIO_LIMIT,
-            "no window",
-        )
+        return None
     first, last = steady[0], steady[-1]
     ratio = last["p95"] / first["p95"] if first["p95"] else math.nan
     detail = (
         f"{first['p95']:.3f} s at {first['start']:.0f} s -> {last['p95']:.3f} s at "
         f"{last['start']:.0f} s; windows of {first['end'] - first['start']:.0f} s"
     )
-    return Target(
-        "p95 time to answer, last window / first steady", ratio, "<=", P95_RATIO_LIMIT, detail
-    )
+    return ratio, detail
+
+
+def source_lines(soak: dict[str, Any]) -> list[str]:
+    """What each source offered and had answered, and the other sources' p95 trend."""
+    rates = soak["info"].get("rates_calls_per_s", {})
+    runs, inline = soak["runs"], soak["inline"]
+    out = [
+        "soak: offered calls/s by source: "
+        + ", ".join(f"{name} {rate:.1f}" for name, rate in rates.items()),
+        f"soak: runs: {runs['runs']:,} runs, {runs['phases']:,} phases, {runs['calls']:,} "
+        f"calls ({runs['failures_answered']:,} failing), {runs['lost_answers']} submits' "
+        f"answers lost; run_tool_calls: {inline['batches']:,} batches, {inline['calls']:,} "
+        f"calls ({inline['failures_answered']:,} failing)",
+    ]
+    for source, what in SOURCE_P95.items():
+        trend = p95_trend(soak["windows_by_source"].get(source, []), soak["config"]["warmup"])
+        shown = "no window" if trend is None else f"{trend[0]:.3g} ({trend[1]})"
+        out.append(f"soak: p95 time to answer of {what}, last window / first steady: {shown}")
+    return out
 
 
 def lines(soak: dict[str, Any]) -> list[str]:
@@ -192,11 +256,13 @@ def lines(soak: dict[str, Any]) -> list[str]:
         f"soak: {tally['sessions']:,} sessions, {tally['calls']:,} calls "
         f"({tally['hostile_sessions']} with hostile ids), "
         f"{tally['failures_answered']:,} failing calls",
+        *source_lines(soak),
         f"soak: faults: {faults['worker_kills']} workers SIGKILLed, "
         f"{faults['poller_restarts']} poller restarts, API {faults['api'].get('error', 0)} 500s, "
         f"{faults['api'].get('throttle', 0)} 429s, {faults['api'].get('lost', 0)} lost 202s, "
         f"{faults['api'].get('replayed', 0)} replays; {info['epochs']} emulator epochs "
         f"({info['epochs_skipped']} resets postponed)",
+        _runs_faults(faults.get("api_runs", {})),
         "",
         f"{'memory':<16}{'first MB':>10}{'last MB':>10}{'growth %':>10}{'MB/h':>10}{'%/h':>9}",
     ]
@@ -214,6 +280,14 @@ def lines(soak: dict[str, Any]) -> list[str]:
     out.append("")
     out += [t.line() for t in soak["targets_evaluated"]]
     return out
+
+
+def _runs_faults(api: dict[str, int]) -> str:
+    """The runs' share of the API's faults (their lost answers are read back, not replayed)."""
+    return (
+        f"soak: faults of runs' requests: {api.get('error', 0)} 500s, "
+        f"{api.get('throttle', 0)} 429s, {api.get('lost', 0)} lost answers of submits"
+    )
 
 
 def draw(soak: dict[str, Any], path: Path) -> None:
@@ -239,6 +313,7 @@ def draw(soak: dict[str, Any], path: Path) -> None:
     keys.plot(
         minutes, [s["redis"]["no_ttl_unexpected"] for s in series], label="without TTL (not queues)"
     )
+    keys.plot(minutes, [s["redis"]["watched_runs"] for s in series], label="watched runs")
     keys.set_yscale("symlog")
     keys.set_title("Keys (DBSIZE), and keys without TTL beyond the broker's queues")
     conns.plot(minutes, [s["redis"]["clients"]["ours"] for s in series], label="connections")
@@ -251,8 +326,12 @@ def draw(soak: dict[str, Any], path: Path) -> None:
     conns.set_title("Redis connections (bench databases) and pub/sub")
     windows = [w for w in soak["windows"] if w["sessions"]]
     mids = [(w["start"] + w["end"]) / 120 for w in windows]
-    p95.plot(mids, [w["p95"] for w in windows], marker="o", label="p95")
-    p95.plot(mids, [w["p50"] for w in windows], marker=".", label="p50")
+    p95.plot(mids, [w["p95"] for w in windows], marker="o", label="p95 (sessions)")
+    p95.plot(mids, [w["p50"] for w in windows], marker=".", label="p50 (sessions)")
+    for source, what in SOURCE_P95.items():
+        rows = [w for w in soak["windows_by_source"].get(source, []) if w["sessions"]]
+        mids = [(w["start"] + w["end"]) / 120 for w in rows]
+        p95.plot(mids, [w["p95"] for w in rows], marker="x", label=f"p95 ({what})")
     p95.set_ylabel("seconds")
     p95.set_title("Time to answer per window of seeding time")
     warmup = soak["config"]["warmup"] / 60

@@ -1,9 +1,10 @@
-"""Smoke test of ``python -m bench soak --quick``: faults on, every session answered once.
+"""Smoke test of ``python -m bench soak --quick``: faults on, everything answered once.
 
 Never that memory stays flat in 30 s (the quick run is shorter than its ledger's TTL): only
-that the time series is complete, every fault kind was injected, every session was
-answered exactly once despite them, each verdict is evaluated and the files are written.
-It runs on the bench's databases (4 and 5).
+that the time series is complete, every fault kind was injected, every session, every
+watched run's phase and every ``run_tool_calls`` batch was answered exactly once despite
+them, no run is left watched, each verdict is evaluated and the files are written. It runs
+on the bench's databases (4 and 5).
 """
 
 from __future__ import annotations
@@ -15,9 +16,18 @@ import pytest
 
 from tests.bench.runs import run_bench
 
-ROLES = ("worker-prefork", "worker-threads", "poller", "victim", "poller-second", "emulator")
-#: Verdicts: four memories, keys without TTL, channels, connections, p95, exactly once.
-VERDICTS = 9
+ROLES = (
+    "worker-prefork",
+    "worker-threads",
+    "poller",
+    "poller-runs",
+    "victim",
+    "poller-second",
+    "emulator",
+)
+#: Verdicts: five memories, keys without TTL, channels, connections, p95; sessions, runs'
+#: phases, runs left watched and run_tool_calls batches answered exactly once.
+VERDICTS = 13
 
 
 def _positive(value: Any) -> bool:
@@ -41,7 +51,7 @@ def test_the_series_is_sampled_whole(soak: dict[str, Any]) -> None:
         redis = sample["redis"]
         assert _positive(redis["used_memory"])
         assert set(redis["keys"]) == {"broker", "ledger"}
-        assert redis["no_ttl_unexpected"] >= 0
+        assert redis["no_ttl_unexpected"] >= 0 and redis["watched_runs"] >= 0
         assert redis["pubsub"]["channels"] >= 0 and _positive(redis["clients"]["ours"])
     assert series[-1]["calls_answered"] > series[0]["calls_answered"]
     assert "min" in soak["stderr"] and "p95" in soak["stderr"]
@@ -65,19 +75,48 @@ def test_every_session_is_answered_exactly_once_despite_the_faults(soak: dict[st
 
 
 @pytest.mark.timeout(180)
+def test_every_watched_run_is_submitted_once_per_phase_and_then_unwatched(
+    soak: dict[str, Any],
+) -> None:
+    data = soak["json"]
+    runs = data["runs"]
+    assert runs["missing"] == runs["duplicated"] == runs["wrong"] == 0, runs["problems"]
+    assert runs["answered_calls"] == runs["calls"] >= runs["phases"] > runs["runs"] > 0
+    assert runs["watches_left"] == 0
+    assert data["faults"]["api_runs"].get("error", 0) >= 1
+    assert data["series"][-1]["runs_seeded"] == runs["runs"]
+    assert data["info"]["rates_calls_per_s"]["runs"] > 0
+    assert "runs poller" in soak["stderr"]
+
+
+@pytest.mark.timeout(180)
+def test_every_run_tool_calls_batch_is_answered_once_from_the_callers(
+    soak: dict[str, Any],
+) -> None:
+    data = soak["json"]
+    inline = data["inline"]
+    problems = {k: inline[k] for k in ("missing", "duplicated", "wrong", "timed_out", "raised")}
+    assert not any(problems.values()), (problems, inline["problems"])
+    assert inline["answered_calls"] == inline["calls"] >= inline["batches"] > 0
+    assert 0 < data["series"][-1]["batches_answered"] <= inline["batches"]
+    assert data["info"]["rates_calls_per_s"]["run_tool_calls"] > 0
+
+
+@pytest.mark.timeout(180)
 def test_each_verdict_is_evaluated_and_the_files_written(soak: dict[str, Any]) -> None:
     data = soak["json"]
     targets = data["targets"]
     assert len(targets) == VERDICTS
     assert all(isinstance(t["passed"], bool) and t["measured"] is not None for t in targets)
-    exactly_once = targets[-1]
-    assert exactly_once["passed"], exactly_once
+    once = [t for t in targets if "exactly once" in t["name"] or "still watched" in t["name"]]
+    assert len(once) == 4 and all(t["passed"] for t in once), once
     for role, row in data["memory"].items():
         assert _positive(row["first_bytes"]) and math.isfinite(row["growth_pct"]), role
     verdicts = [line for line in soak["stdout"].splitlines() if line.startswith(("PASS", "FAIL"))]
     assert len(verdicts) == VERDICTS
     assert (soak["out"] / "soak.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "growth %" in (soak["out"] / "soak.txt").read_text()
+    text = (soak["out"] / "soak.txt").read_text()
+    assert "growth %" in text and "soak: runs: " in text and "run_tool_calls batches" in text
     print(f"python -m bench soak --quick took {soak['seconds']:.1f} s")
 
 
@@ -89,3 +128,77 @@ def test_an_option_that_cannot_be_run_is_refused_before_anything_starts(
 
     assert main([option]) == 2
     assert "must be a positive number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "options",
+    [["--runs-share=1"], ["--inline-share=-0.1"], ["--runs-share=0.5", "--inline-share=0.5"]],
+)
+def test_shares_that_leave_sessions_nothing_are_refused(
+    options: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench.soak import main
+
+    assert main(options) == 2
+    assert "--runs-share and --inline-share" in capsys.readouterr().err
+
+
+def _run(phases: list[dict[str, bool]]) -> Any:
+    from bench.soak_runs import RunPlan, SeededRun
+
+    return SeededRun("thread_1", "run_1", 100.0, RunPlan({"phases": []}, phases))
+
+
+def _submit(phase: int, outputs: dict[str, str], at: float = 101.0) -> dict[str, Any]:
+    tool_outputs = [{"tool_call_id": k, "output": v} for k, v in outputs.items()]
+    return {
+        "thread_id": "thread_1",
+        "run_id": "run_1",
+        "phase": phase,
+        "tool_outputs": tool_outputs,
+        "received_at": at,
+        "lost": False,
+    }
+
+
+def test_the_runs_tally_finds_a_phase_missing_submitted_twice_or_answered_wrongly() -> None:
+    from bench.soak_runs import RunTally, phase_times
+
+    run = _run([{"a": True, "b": False}, {"c": True}])
+    error = '{"error": "bench_fail always fails"}'
+    good = RunTally()
+    first, second = _submit(0, {"a": "ok", "b": error}), _submit(1, {"c": "ok"}, 103.0)
+    good.add([run], [first, second])
+    assert (good.errors, good.answered, good.failures, good.phases) == (0, 3, 1, 2)
+    assert phase_times([run], [first, second], 0.5) == [(100.0, 1.0), (101.5, 1.5)]
+    missing = RunTally()
+    missing.add([run], [first])
+    assert missing.missing == 1
+    twice = RunTally()
+    twice.add([run], [first, first, second])
+    assert twice.duplicated >= 1
+    wrong = RunTally()
+    wrong.add([run], [_submit(0, {"a": error, "b": "ok"}), second])
+    assert wrong.wrong == 2
+
+
+def test_the_inline_tally_counts_timeouts_and_calls_out_of_order() -> None:
+    from bench.soak_inline import BatchAnswer, BatchPlan, InlineTally
+
+    plan = BatchPlan("c", [], {"call_0": True, "call_1": False})
+    error = '{"error": "bench_fail always fails"}'
+    timeout = '{"error": "Function \'bench_noop\' did not finish within the 30 s"}'
+
+    def answer(*pairs: tuple[str, str]) -> BatchAnswer:
+        messages = [{"role": "tool", "tool_call_id": i, "content": c} for i, c in pairs]
+        return BatchAnswer(plan, 1.0, 0.1, messages)
+
+    tally = InlineTally()
+    tally.add([answer(("call_0", "ok"), ("call_1", error))])
+    assert (tally.errors, tally.answered, tally.failures) == (0, 2, 1)
+    tally.add([answer(("call_0", timeout), ("call_1", error))])
+    assert tally.timed_out == 1
+    tally.add([answer(("call_1", error), ("call_0", "ok"))])
+    assert tally.wrong == 1
+    tally.add([BatchAnswer(plan, 1.0, 0.1, None, "ConnectionError")])
+    assert tally.raised == 1 and tally.errors == 3

@@ -5,7 +5,11 @@ number of copies, redeliveries and repeats converge:
 
 * the last answer asked for tools whose batch is unanswered: dispatch it (the engine's
   claims make a repeat a no-op) and wait: the batch's delivery sends this task again, and
-  a copy scheduled for the batch's deadline answers what is still unfinished with errors;
+  a copy scheduled for the batch's deadline answers what is still unfinished with errors.
+  A long wait is looked at on the way, as a poll pass looks at a session: a copy runs
+  every :func:`look_every` seconds and dispatches again a call whose message died with
+  its worker (popped, never recorded as taken), instead of answering it with a timeout
+  error at the deadline;
 * the batch is answered: save its results, then call the model for the next step, unless
   ``max_steps`` answers are saved;
 * an answer without tool calls ends the conversation.
@@ -52,6 +56,17 @@ log = logging.getLogger("toolfan.conversation")
 WATCHDOG_SLACK = 0.5
 
 
+def look_every() -> float:
+    """Seconds between the looks at a step's batch in flight for calls lost with a worker.
+
+    A lost call is dispatched again only once its worker's death is older than
+    ``TOOLFAN_DEAD_AFTER`` plus two beats (the reaper has had its turn), so looking more
+    often would find nothing more; one beat more lets that turn end.
+    """
+    settings = get_settings()
+    return settings.dead_after + 3 * settings.heartbeat
+
+
 def get_store() -> ConversationStore:
     """The conversations of this process's Redis."""
     ledger = get_ledger(NAME)
@@ -80,12 +95,17 @@ class Step:
         self.worker = worker
         self.ids = f"conversation_id={shown(self.cid)}"
 
-    def advance(self) -> str:
-        """Do what is due; returns what it did, for the task's result and the logs."""
+    def advance(self, look: int | None = None) -> str:
+        """Do what is due; returns what it did, for the task's result and the logs.
+
+        ``look`` is the step a scheduled look was for: once the conversation has moved
+        past that step, the look has nothing to do (the step it waits on has looks of its
+        own).
+        """
         conv = self.conversation
         step = conv.answered_steps
         if step > 0 and calls_of(conv.spec.api, conv.answers[step - 1]):
-            if step - 1 not in conv.results and not self._collect(step - 1):
+            if step - 1 not in conv.results and not self._collect(step - 1, look):
                 return "waiting for tools"
         elif step > 0:
             return self._end(COMPLETED, text=text_of(conv.spec.api, conv.answers[step - 1]))
@@ -99,7 +119,7 @@ class Step:
         self._dispatch(step)
         return f"step {step} dispatched"
 
-    def _collect(self, step: int) -> bool:
+    def _collect(self, step: int, look: int | None = None) -> bool:
         """Save a step's tool results if its batch is answered (or out of time): True then."""
         if step not in self.conversation.deadlines:  # saved, then the step died: go on
             self._dispatch(step)
@@ -109,8 +129,10 @@ class Step:
         answer = runner.answered(batch)
         deadline = self.conversation.deadlines[step]
         if answer is None and time.time() < deadline:
-            runner.start(batch, then=continuation(self.cid))
-            self._watchdog(deadline)
+            if look is not None and look != step:
+                return False
+            runner.start(batch, then=continuation(self.cid), look=True)
+            self._watchdog(step, deadline)
             return False
         if answer is None:
             log.warning("%s step %d: tool calls out of time; answering them", self.ids, step)
@@ -159,13 +181,17 @@ class Step:
         )
         self.conversation.deadlines[step] = deadline
         InlineRunner().start(batch_of(self.conversation, step), then=continuation(self.cid))
-        self._watchdog(deadline)
+        self._watchdog(step, deadline)
         log.info("%s step %d: tool calls dispatched", self.ids, step)
 
-    def _watchdog(self, deadline: float) -> None:
-        """A copy of this task at the batch's deadline, to end a batch that never answers."""
+    def _watchdog(self, step: int, deadline: float) -> None:
+        """A copy of this task at the batch's deadline, to end a batch that never answers.
+
+        Or sooner, at the next look (:func:`look_every`), which schedules the next one.
+        """
         countdown = max(0.0, deadline - time.time()) + WATCHDOG_SLACK
-        advance.apply_async((self.cid,), countdown=countdown, ignore_result=True)
+        countdown = min(countdown, look_every())
+        advance.apply_async((self.cid,), {"look": step}, countdown=countdown, ignore_result=True)
 
     def _end(self, status: str, reason: str = "", text: str = "") -> str:
         if self.store.end(self.cid, status, reason, text):
@@ -174,8 +200,11 @@ class Step:
 
 
 @app.task(name=MODEL_TASK, bind=True, max_retries=None, acks_late=True)
-def advance(self: Task[Any, Any], conversation_id: str) -> str:
-    """Move a conversation on by what is due (see the module docstring)."""
+def advance(self: Task[Any, Any], conversation_id: str, look: int | None = None) -> str:
+    """Move a conversation on by what is due (see the module docstring).
+
+    ``look`` is set on the copies scheduled to look at one step's batch (its number).
+    """
     store = get_store()
     conversation = store.load(conversation_id)
     if conversation is None:
@@ -185,7 +214,7 @@ def advance(self: Task[Any, Any], conversation_id: str) -> str:
         return conversation.status
     worker = liveness.runner(str(self.request.hostname or "local"))
     try:
-        return Step(store, conversation, worker).advance()
+        return Step(store, conversation, worker).advance(look)
     except ModelError as exc:
         return _model_failed(self, store, conversation_id, exc)
     except (redis.RedisError, OSError) as exc:  # Redis or the network, for a moment

@@ -125,11 +125,14 @@ class InlineRunner:
         *,
         allowed: Collection[str] | None = None,
         then: str | None = None,
+        look: bool = False,
     ) -> None:
         """Dispatch the batch's unfinished calls; calls that cannot run are answered first.
 
         ``allowed`` limits the functions the batch may call; ``then`` names the task that
-        continues once it is answered (``{"task", "args"}`` as JSON).
+        continues once it is answered (``{"task", "args"}`` as JSON). With ``look``, a
+        batch already in flight is also looked at for calls lost with a dead worker
+        (:meth:`recover`).
         """
         if then is not None:
             self.ledger.client.set(keys.then(NAME, batch.batch_id), then, ex=self.ledger.ttl)
@@ -137,7 +140,10 @@ class InlineRunner:
             refusal = _refusal(call, allowed)
             if refusal is not None:
                 self.ledger.finish(batch.ref(call), CallResult.fail(*refusal))
-        self._dispatch(batch, Dispatcher(NAME, self.ledger, self.settings, noun="batch"))
+        if look:
+            self.recover(batch)
+        else:
+            self._dispatch(batch, Dispatcher(NAME, self.ledger, self.settings, noun="batch"))
 
     def _dispatch(self, batch: InlineBatch, dispatcher: Dispatcher) -> None:
         pending = [

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +20,8 @@ import pytest
 
 import toolfan
 from tests.conftest import MODEL_QUEUE, worker_env
-from tests.services import ROOT, Worker
+from tests.e2e.private import lose_message_of, on_redis, private_worker
+from tests.services import ROOT, Worker, wait_for
 
 pytestmark = pytest.mark.usefixtures("worker", "api")
 
@@ -180,3 +182,32 @@ def test_toolfan_chat_prints_the_steps_and_the_answer(models, api):
     assert view["status"] == "completed" and len(view["steps"]) == 3
     assert [s["model_calls"] for s in view["steps"]] == [1, 1, 1]
     assert view["steps"][0]["batch"]["calls"][0]["state"] == "submitted"
+
+
+def test_a_tool_call_whose_message_died_with_its_worker_runs_again_before_the_deadline(
+    models, api, redis_client, tmp_path
+):
+    # The step's looks (every TOOLFAN_DEAD_AFTER + 3 beats, 16 s) dispatch the call again;
+    # without them it was answered with a timeout error at the step's 60 s deadline.
+    if not on_redis():
+        pytest.skip("RabbitMQ keeps a message until a consumer acks it: none is lost this way")
+    key = uuid.uuid4().hex
+    steps = [
+        {"tool_calls": [{"name": "private_slow", "arguments": {"key": key}}]},
+        {"text": "Got: {outputs}"},
+    ]
+    prompt = script(api, f"lost-{key}", steps)
+    started = time.monotonic()
+    cid = toolfan.start_conversation(api="chat", model="scripted", input=prompt)
+    wait_for(lambda: lose_message_of(key), 30, "the call's message", 0.01)
+    redis_client.zadd("toolfan:workers", {"ghost@host#4": time.time()})
+    worker = private_worker(tmp_path, "late")
+    try:
+        worker.wait_ready()
+        result = toolfan.conversation_result(cid, timeout=50)
+    finally:
+        worker.stop()
+    assert result.status == "completed", (result.status, result.reason)
+    assert result.text == "Got: 1"
+    assert time.monotonic() - started < 50  # the step's deadline is 60 s
+    assert runs(redis_client, key) == 1

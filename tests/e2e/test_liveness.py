@@ -11,7 +11,6 @@ drops. These tests run on both brokers (``make test`` runs tests/e2e on each).
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import os
 import signal
@@ -27,25 +26,15 @@ from emulator import function_call
 from tasks.ledger import CallRef
 from tasks.runtime import get_ledger
 from tests.chaos.stack import proc_children
-from tests.conftest import PRIVATE_QUEUE, worker_env
+from tests.conftest import PRIVATE_QUEUE
 from tests.e2e.harness import poll_loop, poller
+from tests.e2e.private import lose_message_of, on_redis, private_worker
 from tests.services import Worker, wait_for
 
 pytestmark = pytest.mark.usefixtures("worker")
 
 #: The default TOOLFAN_DEAD_AFTER, and what a rerun may take beyond it.
 DEAD_AFTER, SLACK = 10.0, 5.0
-
-
-def on_redis() -> bool:
-    return os.environ["TOOLFAN_BROKER_URL"].startswith("redis")
-
-
-def private_worker(tmp: Path, name: str, **env: str) -> Worker:
-    args = ["-c", "1", "-P", "prefork", "-n", f"{name}@%h", "-Q", PRIVATE_QUEUE]
-    return Worker(
-        [*args, "--without-mingle", "--without-gossip"], tmp / f"{name}.log", worker_env(**env)
-    )
 
 
 @pytest.fixture
@@ -186,23 +175,6 @@ def _redeliver_to_the_other(sid: str) -> bool:
             if sid.encode() in raw:
                 channel.qos.restore_by_tag(tag.decode(), client=channel.client)
                 return True
-    return False
-
-
-def lose_message_of(key: str) -> bool:
-    """Take the queued message of the call marked ``key`` off its queue, as a worker that
-    popped it and died before it recorded it as taken does (the reply died in its socket).
-
-    Only that message: a copy an earlier test's worker gave back as it stopped may wait
-    on the same queue.
-    """
-    from tasks.app import app
-
-    with app.connection_for_write() as conn:
-        client = conn.default_channel.client
-        for raw in client.lrange(PRIVATE_QUEUE, 0, -1):
-            if key.encode() in base64.b64decode(json.loads(raw)["body"]):
-                return bool(client.lrem(PRIVATE_QUEUE, 1, raw))
     return False
 
 

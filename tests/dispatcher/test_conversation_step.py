@@ -21,7 +21,7 @@ def conversation(redis_client) -> str:
 
 
 def test_a_step_that_raises_fails_the_conversation_with_the_reason(conversation, monkeypatch):
-    def broken(self: step.Step) -> str:
+    def broken(self: step.Step, look: int | None = None) -> str:
         raise TypeError("unhashable type: 'dict'")
 
     monkeypatch.setattr(step.Step, "advance", broken)
@@ -34,7 +34,7 @@ def test_a_step_that_raises_fails_the_conversation_with_the_reason(conversation,
 
 
 def test_a_redis_blip_retries_the_step_and_a_lasting_one_fails_it(conversation, monkeypatch):
-    def cut(self: step.Step) -> str:
+    def cut(self: step.Step, look: int | None = None) -> str:
         raise redis.ConnectionError("Connection reset by peer")
 
     monkeypatch.setattr(step.Step, "advance", cut)

@@ -25,12 +25,11 @@ from dispatcher.sources.agents import SOURCE, get_client
 from handlers import jsonsafe
 from handlers.text import shown
 from tasks import metrics
-from tasks.app import app
 from tasks.dispatch import Batch, DispatchCounts, Dispatcher, PendingCall, count_into
 from tasks.ledger import Ledger
 from tasks.liveness import Reaper
 from tasks.memo import DispatchMemo
-from tasks.runtime import get_ledger
+from tasks.runtime import get_ledger, new_reaper
 from tasks.settings import Settings, get_settings
 
 log = logging.getLogger("toolfan.poll")
@@ -288,17 +287,6 @@ def process_poller() -> Poller:
     serve every pass of a loop, or every poll task beat sends this worker.
     """
     return Poller(get_client(), get_ledger(SOURCE.name), get_settings(), _MEMO, reaper=new_reaper())
-
-
-def new_reaper() -> Reaper:
-    """A reaper on this process's ledger and broker, with its liveness settings."""
-    settings = get_settings()
-    return Reaper(
-        get_ledger(SOURCE.name).client,
-        app.connection_for_write(),
-        settings.dead_after,
-        settings.heartbeat,
-    )
 
 
 def poll_once(**overrides: Any) -> PollSummary:

@@ -150,8 +150,9 @@ def process_pollers() -> SourcePoller:
     With the default ``TOOLFAN_SOURCES=agents`` this is the Agents poller itself, so its
     summary line is the one it always was.
     """
-    from dispatcher.poll import new_reaper, process_poller
+    from dispatcher.poll import process_poller
     from dispatcher.sources.assistants_poll import runs_poller
+    from tasks.runtime import new_reaper
 
     names = polled_names()
     if names == ("agents",):

@@ -16,6 +16,7 @@ from tasks import sources
 from tasks.approvals import ApprovalStore
 from tasks.envelope import LEGACY_SOURCE
 from tasks.ledger import Ledger
+from tasks.liveness import Reaper
 from tasks.settings import get_settings, load_registry
 from tasks.upgrade import ensure_upgraded
 
@@ -28,6 +29,7 @@ __all__ = [
     "get_policy",
     "get_settings",
     "load_registry",
+    "new_reaper",
 ]
 
 
@@ -66,6 +68,20 @@ def delivers_in_place(source: str) -> bool:
         return bool(getattr(sources.get(source), "delivers_in_place", False))
     except sources.UnknownSource:
         return False
+
+
+def new_reaper() -> Reaper:
+    """A reaper on this process's ledger Redis and broker, with its liveness settings.
+
+    Each caller gets its own, since a reaper's kombu connection is not for several
+    threads at once: the poller's pass, the runs pollers and ``run_tool_calls``' looks.
+    """
+    from tasks.app import app  # the app's modules import this one
+
+    settings = get_settings()
+    return Reaper(
+        _ledger().client, app.connection_for_write(), settings.dead_after, settings.heartbeat
+    )
 
 
 @cache

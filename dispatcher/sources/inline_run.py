@@ -35,13 +35,12 @@ from dispatcher.sources.inline_calls import Api, InlineCall
 from dispatcher.waiting import await_element, wait_element
 from handlers.result import CallResult, Outcome
 from tasks import keys
-from tasks.app import app
 from tasks.approvals import ApprovalStore, State, approval_id
 from tasks.dispatch import Batch, DispatchCounts, Dispatcher, PendingCall
 from tasks.execute import result_payload
 from tasks.ledger import CallRef, Ledger
 from tasks.liveness import Reaper
-from tasks.runtime import get_ledger, get_settings, load_registry
+from tasks.runtime import get_ledger, get_settings, load_registry, new_reaper
 from tasks.settings import Settings
 
 Results = dict[str, dict[str, Any]]
@@ -271,10 +270,8 @@ _LOOKING = threading.Lock()
 
 @cache
 def _reaper() -> Reaper:
-    """The reaper of this process's looks: on the ledger's Redis and the app's broker."""
-    settings = get_settings()
-    broker = app.connection_for_write()
-    return Reaper(get_ledger(NAME).client, broker, settings.dead_after, settings.heartbeat)
+    """The one reaper of this process's looks, made on the first (each look takes ``_LOOKING``)."""
+    return new_reaper()
 
 
 #: One asyncio Redis client per event loop (a client cannot cross loops).

@@ -28,7 +28,7 @@ def client() -> AgentsClient:
 
 def poller() -> Poller:
     """A poller as ``toolfan poll`` builds one: with a reaper of dead workers' calls."""
-    from dispatcher.poll import new_reaper
+    from tasks.runtime import new_reaper
 
     return Poller(client(), get_ledger("agents"), get_settings(), reaper=new_reaper())
 

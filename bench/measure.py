@@ -77,6 +77,27 @@ def tree_cpu(pids: Iterable[int]) -> float:
     return total
 
 
+def control_workers(pids: Iterable[int]) -> list[int]:
+    """The control workers these workers started (``toolfan worker`` starts one each).
+
+    Its threads deliver the batches (``toolfan.submit``): apart from the pool processes
+    that run the calls, the split shows what a delivery costs.
+    """
+    found = []
+    for pid in pids:
+        try:
+            children = psutil.Process(pid).children()
+        except psutil.NoSuchProcess:
+            continue
+        for child in children:
+            try:
+                if "tasks.control_worker" in child.cmdline():
+                    found.append(child.pid)
+            except psutil.NoSuchProcess:
+                continue
+    return found
+
+
 def own_cpu(pids: Iterable[int]) -> float:
     """User + system CPU seconds of these processes alone, without their children."""
     total = 0.0
@@ -89,7 +110,7 @@ def own_cpu(pids: Iterable[int]) -> float:
 
 
 class CpuSplit:
-    """A phase's CPU by process: the workers' main processes, their pools, named others.
+    """A phase's CPU by process: the workers' main processes, pools, control workers, others.
 
     A prefork worker's main process takes every message from the broker, hands it to a
     pool process and acks it; the split shows how much of a call's CPU that costs beside
@@ -107,7 +128,12 @@ class CpuSplit:
 
     def _now(self) -> dict[str, float]:
         main = own_cpu(self.workers)
-        now = {"worker main": main, "worker pool": tree_cpu(self.workers) - main}
+        control = tree_cpu(control_workers(self.workers))
+        now = {
+            "worker main": main,
+            "worker pool": tree_cpu(self.workers) - main - control,
+            "control worker": control,
+        }
         now.update({name: tree_cpu([pid]) for name, pid in self.named.items()})
         return now
 

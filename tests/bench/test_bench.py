@@ -146,9 +146,10 @@ def _cpu_split_accounts_for_the_cpu(bench: dict[str, Any]) -> None:
             m = by_system[system]
             split = m["extra"]["cpu_ms_per_call_by_process"]
             own = "poller" if system in ("toolfan", "assistants") else "publisher"
-            assert set(split) == {"worker main", "worker pool", own, "api"}, (name, system)
+            parts = {"worker main", "worker pool", "control worker", own, "api"}
+            assert set(split) == parts, (name, system)
             assert all(v >= 0 for v in split.values()) and _positive(split["worker main"])
-            counted = split["worker main"] + split["worker pool"] + split[own]
+            counted = sum(split[p] for p in ("worker main", "worker pool", "control worker", own))
             # The same processes as the row's CPU, read a moment apart.
             assert counted == pytest.approx(1000 * m["cpu_seconds_per_call"], rel=0.25, abs=0.5)
     assert _positive(workloads["noop"]["toolfan"]["extra"]["cpu_ms_per_call_by_process"]["api"])

@@ -4,13 +4,15 @@ No-op, 50 ms and failing calls arrive as Poisson processes at a share of what th
 sustained in a burst of sessions of the same mix measured first, in the three ways the
 engine is driven: sessions (some with hostile ids), watched runs of one or two phases
 (``--runs-share``) and ``run_tool_calls`` batches from caller threads of this process
-(``--inline-share``). Meanwhile the API errs, throttles and drops answers at low rates, a
+(``--inline-share``). Every session that starts waiting is also pushed to a ``toolfan
+webhook`` intake (``--no-push`` leaves it out), while the pollers poll. Meanwhile the API
+errs, throttles and drops answers at low rates, a
 worker is SIGKILLed and restarted every few minutes and a poller (of both sources)
 restarted. Every interval the soak samples the RSS of each process tree, Redis's memory,
 keys (and those without TTL, by pattern), watched runs, pub/sub channels and connections;
 it reports their growth from the first steady sample to the last, the p95 of time to
 answer per window, and whether every session, every run's phase and every batch was
-answered exactly once.
+answered exactly once, and every push accepted.
 
 Two things make a long run measure toolfan rather than its stand-ins. The ledger's TTL is
 short (``--ledger-ttl``, 150 s), so the ledger reaches its steady size within the warm-up
@@ -53,6 +55,7 @@ from bench.measure import percentiles
 from bench.soak_inline import BatchAnswer, InlineTally, batch_times
 from bench.soak_load import Seeded, Tally, answer_times, plan_burst
 from bench.soak_mix import INLINE, RUNS, Mix, Rates
+from bench.soak_push import PUSH_FAULTS, QUICK_PUSH_FAULTS, Intake, PushTally
 from bench.soak_runs import RunTally, SeededRun, phase_times
 from bench.soak_sample import LOAD_PATTERNS, redis_sample, rss, watched_runs
 from bench.stack import BenchStack
@@ -103,6 +106,7 @@ class SoakConfig:
     redis_url: str | None = None
     private_redis: bool = False
     quick: bool = False
+    push: bool = True
 
     def quick_sized(self) -> SoakConfig:
         """About 45 s with one fault of each kind: every part runs, on tiny numbers."""
@@ -187,6 +191,8 @@ class Soak:
         self.epoch_answers: list[BatchAnswer] = []
         self.source_times: dict[str, list[tuple[float, float]]] = {RUNS: [], INLINE: []}
         self.watches_left: int | None = None
+        self.intake: Intake | None = None
+        self.pushes = PushTally()
 
     # --- the fleet ----------------------------------------------------------------------
 
@@ -202,6 +208,9 @@ class Soak:
         self.pids.update({"poller": poller.proc.pid, "poller-runs": runs.proc.pid})
         self.start_victim()
         self.start_second_poller()
+        if self.config.push:
+            self.intake = Intake(self.stack)
+            self.pids["intake"] = self.intake.pid
         settings = self.emu.http.get("/settings").raise_for_status().json()
         self.turn = float(settings["turn_duration"])
 
@@ -247,6 +256,8 @@ class Soak:
             self.second_poller.stop()
         if self.victim is not None:
             self.victim[0].close()
+        if self.intake is not None:
+            self.intake.stop()
 
     # --- the emulator's epochs ------------------------------------------------------------
 
@@ -255,6 +266,9 @@ class Soak:
         knobs = QUICK_FAULTS if self.config.quick else FAULTS
         body = {**knobs, "seed": self.config.seed + self.epochs}
         self.emu.http.put("/faults", json=body).raise_for_status()
+        if self.intake is not None:  # after the calibration, as the API's faults
+            pushed = QUICK_PUSH_FAULTS if self.config.quick else PUSH_FAULTS
+            self.intake.register(self.emu, pushed, self.config.seed + self.epochs)
 
     def collect(self) -> None:
         """Read the batches and submits accepted since the last read."""
@@ -322,6 +336,8 @@ class Soak:
         self.tally_epoch()
         data = self.emu.http.get("/requests", params={"path": "/v1/"}).raise_for_status().json()
         self.faults.update(f"{_api(r['path'])}{r['outcome']}" for r in data["data"])
+        if self.intake is not None:
+            self.pushes.add(self.emu)
         self.emu.reset()
         self.set_faults()
         self.epochs += 1
@@ -389,6 +405,8 @@ class Soak:
             self.collect()
             self.watches_left = watched_runs(self.redis)
             self.tally_epoch()
+            if self.intake is not None:
+                self.pushes.add(self.emu)
         return {
             "rate_calls_per_s": rate,
             "rate_source": source,
@@ -527,7 +545,8 @@ def run_soak(config: SoakConfig) -> dict[str, Any]:
     with soak_stack(config) as (stack, fleet_stack):
         soak = Soak(config, stack, fleet_stack)
         try:
-            say("starting the fleet: prefork, threads and victim workers, three pollers")
+            intake = ", a webhook intake" if config.push else ""
+            say(f"starting the fleet: prefork, threads and victim workers, three pollers{intake}")
             soak.start_fleet()
             info = soak.run()
             wall_zero = _wall_zero(soak)
@@ -568,6 +587,9 @@ def document(
             **info,
             "cpus": os.cpu_count(),
             "faults_set": QUICK_FAULTS if config.quick else FAULTS,
+            "push_faults_set": (QUICK_PUSH_FAULTS if config.quick else PUSH_FAULTS)
+            if config.push
+            else None,
         },
         "series": soak.series,
         "windows": windows(soak.times, wall_zero, config.window, info["load_seconds"]),
@@ -585,6 +607,7 @@ def document(
         "tally": soak.tally.to_json(),
         "runs": {**soak.runs.to_json(), "watches_left": soak.watches_left},
         "inline": soak.inline.to_json(),
+        "push": soak.pushes.to_json() if config.push else None,
         "memory": soak_report.memory_table(soak.series, config.warmup),
     }
     evaluated = soak_report.targets(doc)
@@ -614,8 +637,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m bench soak",
         description="A long mixed load of sessions, watched runs and run_tool_calls batches "
         "with faults on (API errors, 429s, dropped 202s, slow answers; a worker SIGKILLed "
-        "and a poller restarted every few minutes), sampling memory, Redis keys, watched "
-        "runs, pub/sub channels, connections and p95. Writes soak.json, soak.txt and "
+        "and a poller restarted every few minutes), sessions pushed to a webhook intake "
+        "too (with dropped, duplicate, shuffled and stale events), sampling memory, Redis "
+        "keys, watched runs, pub/sub channels, connections and p95. Writes soak.json, soak.txt and "
         "soak.png to --out. Exits 0 even when a verdict fails.",
     )
     p.add_argument(
@@ -699,6 +723,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--quick", action="store_true", help="about 45 s with one fault of each kind (smoke test)"
     )
+    p.add_argument(
+        "--no-push",
+        dest="push",
+        action="store_false",
+        help="do not push sessions to a toolfan webhook intake (by default every session "
+        "that starts waiting is pushed, with the push channel's faults, and polled too)",
+    )
     return p
 
 
@@ -753,6 +784,7 @@ def soak_config(args: argparse.Namespace) -> SoakConfig:
         redis_url=args.redis_url,
         private_redis=args.private_redis,
         quick=args.quick,
+        push=args.push,
     )
 
 

@@ -33,8 +33,17 @@ MEMORY_ROLES = {
     "worker-threads": "threads worker RSS",
     "poller": "poller RSS",
     "poller-runs": "runs poller RSS",
+    "intake": "webhook intake RSS",
     "redis": "Redis used_memory",
 }
+
+
+def roles_of(series: Sequence[Sample]) -> list[str]:
+    """The judged roles the samples hold (no intake in a run without pushes)."""
+    sampled = set(series[0]["rss"]) if series else set()
+    return [r for r in MEMORY_ROLES if r == "redis" or r in sampled]
+
+
 #: The other sources' p95 per window, reported beside the sessions' verdict (their own
 #: windows hold fewer answers, so a trend shows less surely there).
 SOURCE_P95 = {"runs": "runs' phases", "run_tool_calls": "run_tool_calls batches"}
@@ -85,7 +94,7 @@ def slope_per_hour(
 def memory_table(series: Sequence[Sample], warmup: float) -> dict[str, dict[str, float]]:
     """Per role: first and last steady bytes, growth %, and slope in bytes and % per hour."""
     table = {}
-    for role in MEMORY_ROLES:
+    for role in roles_of(series):
 
         def value(s: Sample, role: str = role) -> float:
             return memory_of(s, role)
@@ -116,6 +125,8 @@ def targets(soak: dict[str, Any]) -> list[Target]:
     series, warmup = soak["series"], soak["config"]["warmup"]
     out = []
     for role, what in MEMORY_ROLES.items():
+        if role not in soak["memory"]:
+            continue
         row = soak["memory"][role]
         detail = (
             f"{row['first_bytes'] / 1e6:.1f} -> {row['last_bytes'] / 1e6:.1f} MB, "
@@ -166,6 +177,7 @@ def exactly_once(soak: dict[str, Any]) -> list[Target]:
     inline_errors = sum(inline[k] for k in INLINE_ERRORS)
     left = runs["watches_left"]
     return [
+        *push_targets(soak.get("push")),
         Target(
             "sessions not answered exactly once",
             float(tally["missing"] + tally["duplicated"] + tally["wrong"]),
@@ -199,6 +211,23 @@ def exactly_once(soak: dict[str, Any]) -> list[Target]:
             f"{inline['timed_out']} timed out, {inline['raised']} raised, "
             f"{inline['failures_answered']:,} failures answered as errors",
         ),
+    ]
+
+
+def push_targets(push: dict[str, Any] | None) -> list[Target]:
+    """The pushes' verdict: every attempt that reached the intake accepted (none without)."""
+    if push is None:
+        return []
+    attempts = ", ".join(f"{n:,} {outcome}" for outcome, n in sorted(push["attempts"].items()))
+    return [
+        Target(
+            "pushes the intake refused or left unanswered",
+            float(push["refused"]),
+            "==",
+            0,
+            f"{push['events']:,} events ({push['dropped']:,} dropped, {push['duplicated']:,} "
+            f"sent twice), attempts: {attempts or 'none'}",
+        )
     ]
 
 
@@ -239,6 +268,13 @@ def source_lines(soak: dict[str, Any]) -> list[str]:
         f"answers lost; run_tool_calls: {inline['batches']:,} batches, {inline['calls']:,} "
         f"calls ({inline['failures_answered']:,} failing)",
     ]
+    push = soak.get("push")
+    if push is not None:
+        statuses = ", ".join(f"{n:,} {code}" for code, n in sorted(push["statuses"].items()))
+        out.append(
+            f"soak: pushes: {push['events']:,} events to the intake ({push['dropped']:,} "
+            f"dropped, {push['duplicated']:,} sent twice), attempts by status: {statuses}"
+        )
     for source, what in SOURCE_P95.items():
         trend = p95_trend(soak["windows_by_source"].get(source, []), soak["config"]["warmup"])
         shown = "no window" if trend is None else f"{trend[0]:.3g} ({trend[1]})"

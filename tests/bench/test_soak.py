@@ -3,7 +3,8 @@
 Never that memory stays flat in 30 s (the quick run is shorter than its ledger's TTL): only
 that the time series is complete, every fault kind was injected, every session, every
 watched run's phase and every ``run_tool_calls`` batch was answered exactly once despite
-them, no run is left watched, each verdict is evaluated and the files are written. It runs
+them, sessions were pushed to the webhook intake too and it refused no push, no run is
+left watched, each verdict is evaluated and the files are written. It runs
 on the bench's databases (4 and 5).
 """
 
@@ -24,10 +25,11 @@ ROLES = (
     "victim",
     "poller-second",
     "emulator",
+    "intake",
 )
-#: Verdicts: five memories, keys without TTL, channels, connections, p95; sessions, runs'
-#: phases, runs left watched and run_tool_calls batches answered exactly once.
-VERDICTS = 13
+#: Verdicts: six memories, keys without TTL, channels, connections, p95; pushes refused;
+#: sessions, runs' phases, runs left watched and run_tool_calls batches answered once.
+VERDICTS = 15
 
 
 def _positive(value: Any) -> bool:
@@ -100,6 +102,21 @@ def test_every_run_tool_calls_batch_is_answered_once_from_the_callers(
     assert inline["answered_calls"] == inline["calls"] >= inline["batches"] > 0
     assert 0 < data["series"][-1]["batches_answered"] <= inline["batches"]
     assert data["info"]["rates_calls_per_s"]["run_tool_calls"] > 0
+
+
+@pytest.mark.timeout(180)
+def test_sessions_are_pushed_with_the_push_faults_and_every_push_is_accepted(
+    soak: dict[str, Any],
+) -> None:
+    data = soak["json"]
+    push = data["push"]
+    assert push["refused"] == 0, push
+    assert push["events"] >= data["tally"]["sessions"] // 2 > 0
+    assert push["attempts"]["delivered"] > 0 and push["dropped"] > 0 and push["duplicated"] > 0
+    assert data["info"]["push_faults_set"]["drop"] > 0
+    (verdict,) = [t for t in data["targets"] if t["name"].startswith("pushes")]
+    assert verdict["passed"]
+    assert "soak: pushes: " in (soak["out"] / "soak.txt").read_text()
 
 
 @pytest.mark.timeout(180)
@@ -202,3 +219,16 @@ def test_the_inline_tally_counts_timeouts_and_calls_out_of_order() -> None:
     assert tally.wrong == 1
     tally.add([BatchAnswer(plan, 1.0, 0.1, None, "ConnectionError")])
     assert tally.raised == 1 and tally.errors == 3
+
+
+def test_a_refused_push_fails_the_push_verdict_and_no_push_judges_no_intake() -> None:
+    from bench.soak_report import push_targets, roles_of
+
+    push = {"events": 10, "dropped": 1, "duplicated": 1, "refused": 1, "attempts": {}}
+    (verdict,) = push_targets({**push, "attempts": {"delivered": 9, "failed": 1}})
+    assert not verdict.passed and verdict.measured == 1
+    (verdict,) = push_targets({**push, "refused": 0, "attempts": {"delivered": 10}})
+    assert verdict.passed
+    assert push_targets(None) == []
+    assert "intake" not in roles_of([{"rss": {"poller": 1}}])
+    assert "intake" in roles_of([{"rss": {"poller": 1, "intake": 1}}])

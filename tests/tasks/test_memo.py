@@ -46,6 +46,24 @@ def test_dispatches_past_their_recheck_time_are_read_in_full():
     assert len(memo) == 0
 
 
+def test_remembering_sweeps_out_dispatches_past_their_moment_without_a_pass(monkeypatch):
+    # A worker that only runs push tasks never ends a poll pass (which prunes): without
+    # its own sweep the memo kept every dispatch until LIMIT.
+    from tasks import memo as memo_module
+
+    clock = [1_000_000.0]
+    monkeypatch.setattr(memo_module.time, "time", lambda: clock[0])
+    memo = DispatchMemo()
+    for i in range(100):
+        memo.remember(f"sess_{i}", "tok", CALLS, clock[0] + 10)
+    clock[0] += 11  # every one of them is past its moment, not yet swept
+    memo.remember("sess_new", "tok", CALLS, clock[0] + 10)
+    assert len(memo) == 101
+    clock[0] += memo_module.SWEEP_EVERY
+    memo.remember("sess_newer", "tok", CALLS, clock[0] + 10)
+    assert len(memo) == 1 and memo.candidates(["sess_newer"]) == ["sess_newer"]
+
+
 def test_the_oldest_dispatches_are_forgotten_beyond_the_limit():
     memo = DispatchMemo(limit=2)
     for i in range(3):

@@ -6,26 +6,28 @@ engine is driven: sessions (some with hostile ids), watched runs of one or two p
 (``--runs-share``) and ``run_tool_calls`` batches from caller threads of this process
 (``--inline-share``). Every session that starts waiting is also pushed to a ``toolfan
 webhook`` intake (``--no-push`` leaves it out), while the pollers poll. Meanwhile the API
-errs, throttles and drops answers at low rates, a
-worker is SIGKILLed and restarted every few minutes and a poller (of both sources)
-restarted. Every interval the soak samples the RSS of each process tree, Redis's memory,
-keys (and those without TTL, by pattern), watched runs, pub/sub channels and connections;
-it reports their growth from the first steady sample to the last, the p95 of time to
-answer per window, and whether every session, every run's phase and every batch was
-answered exactly once, and every push accepted.
+errs, throttles and drops answers at low rates, the push channel drops, repeats and
+shuffles events, a worker is SIGKILLed and restarted every few minutes and a poller (of
+both sources) restarted. Every interval the soak samples the RSS of each process tree,
+Redis's memory, keys (and those without TTL, by pattern), watched runs, pub/sub channels
+and connections; it reports their growth from the first steady sample to the last, the
+p95 of time to answer per window, and whether every session, every run's phase and every
+batch was answered exactly once, and every push accepted.
 
 Two things make a long run measure toolfan rather than its stand-ins. The ledger's TTL is
 short (``--ledger-ttl``, 150 s), so the ledger reaches its steady size within the warm-up
 instead of growing for the seven days of the default TTL; ``TOOLFAN_QUEUE_BUDGET`` goes
 down to 60 s with it, so a session's claim lease (budget + tool timeout + grace, 100 s)
-still ends before its records expire, as the defaults' does. And the emulator forgets its sessions
-every ``--epoch`` seconds (once every session of the epoch is answered and the broker is
-quiet): it keeps every session it ever created, and a poller lists them all each pass, so
-without that each pass would grow with the run. Workers and pollers that die are not
-judged on memory (their RSS starts over); the prefork and the threads worker and the
-fast pollers (one of sessions, one of runs) live the whole run and are. An epoch closes
-only once every run of it is submitted and no longer watched: the emulator forgetting a
-run the pollers still watch would drop its watch as a 404, hiding a watch that leaks.
+still ends before its records expire, as the defaults' does; and the intake remembers each
+delivery's ``webhook-id`` for the same 150 s (``TOOLFAN_WEBHOOK_DEDUP_TTL``) instead of
+72 h. And the emulator forgets its sessions every ``--epoch`` seconds (once every session of
+the epoch is answered and the broker is quiet): it keeps every session it ever created,
+and a poller lists them all each pass, so without that each pass would grow with the run.
+Workers and pollers that die are not judged on memory (their RSS starts over); the prefork
+and the threads worker and the fast pollers (one of sessions, one of runs) live the whole
+run and are. An epoch closes only once every run of it is submitted and no longer watched:
+the emulator forgetting a run the pollers still watch would drop its watch as a 404,
+hiding a watch that leaks.
 """
 
 from __future__ import annotations
@@ -530,6 +532,7 @@ def soak_stack(config: SoakConfig) -> Iterator[tuple[BenchStack, ExitStack]]:
             TOOLFAN_LEDGER_TTL=ttl,
             TOOLFAN_RESULT_EXPIRES=ttl,
             TOOLFAN_QUEUE_BUDGET=str(config.queue_budget),
+            TOOLFAN_WEBHOOK_DEDUP_TTL=ttl,
         )
         from bench.run import use_stack_env
 

@@ -134,6 +134,13 @@ class Settings(BaseModel):
     webhook_max_bytes: int = Field(
         1_048_576, ge=1024, description="bytes of one webhook delivery the intake reads at most"
     )
+    webhook_dedup_ttl: int = Field(
+        72 * 3600,
+        gt=0,
+        le=_TEN_YEARS,
+        description="seconds the intake remembers a delivery's webhook-id, so that a repeat "
+        "of it does nothing",
+    )
     intake_token: SecretStr | None = Field(
         None, description="bearer token of the intake server's operator endpoints"
     )

@@ -6,7 +6,8 @@ A delivery is handled in this order, and each step answers for itself:
 2. ``401`` unless the signature verifies (:mod:`dispatcher.webhook.verify`): nothing of the
    body has been read, and it is never logged;
 3. ``400`` for a verified body that is not the event JSON;
-4. ``200`` for a duplicate ``webhook-id`` (kept 72 h) and for events toolfan does not act on;
+4. ``200`` for a duplicate ``webhook-id`` (kept ``TOOLFAN_WEBHOOK_DEDUP_TTL``, 72 h) and for
+   events toolfan does not act on;
 5. ``202`` once the session's targeted dispatch is queued on ``toolfan.poll``;
 6. ``503`` when Redis or the broker cannot take it, so the platform delivers it again
    (the ``webhook-id`` is only kept once the dispatch is queued).
@@ -48,9 +49,6 @@ from tasks.settings import get_settings
 
 log = logging.getLogger("toolfan.webhook")
 
-#: Seconds a delivery's ``webhook-id`` is remembered (the platform retries up to 72 h).
-SEEN_TTL = 72 * 3600
-
 
 class TooLarge(Exception):
     """A body over the intake's limit."""
@@ -65,12 +63,15 @@ class IntakeConfig:
         max_bytes: The largest delivery read.
         secrets: The signing secrets (``OPENAI_WEBHOOK_SECRET``, comma-separated).
         token: The operator endpoints' bearer token (``TOOLFAN_INTAKE_TOKEN``), if set.
+        seen_ttl: Seconds a delivery's ``webhook-id`` is remembered
+            (``TOOLFAN_WEBHOOK_DEDUP_TTL``; the platform retries for up to 72 h).
     """
 
     client: redis.Redis
     max_bytes: int
     secrets: tuple[str, ...]
     token: str | None
+    seen_ttl: int = 72 * 3600
 
 
 def answer(status: int, outcome: str, event: str = "none", **fields: Any) -> JSONResponse:
@@ -134,7 +135,7 @@ class Intake:
     def _take(self, webhook_id: str, event: Event, received: float) -> Response:
         """Deduplicate, then queue the dispatch (blocking: runs in a worker thread)."""
         seen = keys.webhook_seen(webhook_id)
-        if not self.config.client.set(seen, event.type, nx=True, ex=SEEN_TTL):
+        if not self.config.client.set(seen, 1, nx=True, ex=self.config.seen_ttl):
             return answer(200, "duplicate", event.label)
         if event.kind is Kind.IGNORE:
             log.info(
@@ -290,5 +291,9 @@ def config_from_env() -> IntakeConfig:
     settings = get_settings()
     token = settings.intake_token.get_secret_value() if settings.intake_token else None
     return IntakeConfig(
-        get_ledger(SOURCE.name).client, settings.webhook_max_bytes, secrets(), token
+        get_ledger(SOURCE.name).client,
+        settings.webhook_max_bytes,
+        secrets(),
+        token,
+        settings.webhook_dedup_ttl,
     )

@@ -139,6 +139,40 @@ def test_a_verified_delivery_dispatches_its_session_once(intake, api, redis_clie
     assert again.status_code == 200 and again.json()["outcome"] == "duplicate"
     time.sleep(0.5)
     assert len(api.batches(sid)) == 1 and redis_client.get("test:runs:push-ok") == "1"
+    ttl = redis_client.ttl(f"toolfan:v2:webhook:seen:{headers['webhook-id']}")
+    assert 72 * 3600 - 60 < ttl <= 72 * 3600  # the platform retries for up to 72 h
+
+
+def test_a_repeat_after_the_dedup_window_is_taken_and_still_answers_once(
+    emulator, api, redis_client, tmp_path
+):
+    """TOOLFAN_WEBHOOK_DEDUP_TTL bounds the ids kept; the ledger still answers each call once.
+
+    The window is 2 s here, not the default 72 h, so that a repeat can arrive after it.
+    """
+    port = free_port()
+    env = worker_env(OPENAI_WEBHOOK_SECRET=SECRET, TOOLFAN_WEBHOOK_DEDUP_TTL="2")
+    service = Service(["webhook", "--port", str(port)], tmp_path / "intake.log", env)
+    try:
+        service.wait_for_output("listening", 30)
+        intake = f"http://127.0.0.1:{port}"
+        sid = waiting_session(api, "push-late")
+        body = event(sid)
+        headers = signed(body)
+        assert post(intake, body, headers).status_code == 202
+        wait_for(lambda: api.batches(sid), 10, "the pushed session's batch")
+        seen = f"toolfan:v2:webhook:seen:{headers['webhook-id']}"
+        assert 0 < redis_client.ttl(seen) <= 2
+        wait_for(lambda: not redis_client.exists(seen), 10, "the id to be forgotten")
+        reads = len(api.requests(f"/sessions/{sid}", "GET"))
+        late = post(intake, body, signed(body, wid=headers["webhook-id"]))
+        assert late.status_code == 202, late.text  # taken again: the window is over
+        # Its push task reads the session, answered by now: nothing to dispatch.
+        wait_for(lambda: len(api.requests(f"/sessions/{sid}", "GET")) > reads, 10, "the read")
+        time.sleep(0.5)
+        assert len(api.batches(sid)) == 1 and redis_client.get("test:runs:push-late") == "1"
+    finally:
+        service.stop()
 
 
 def test_the_old_secret_still_verifies_while_a_secret_is_rotated(intake, api):

@@ -32,6 +32,8 @@ _PREFIX = "TOOLFAN_"
 _YEAR = 365 * 86_400
 #: The longest time-to-live of what toolfan keeps in Redis or the broker.
 _TEN_YEARS = 10 * _YEAR
+#: Seconds the intake remembers a webhook-id by default: the platform retries for up to 72 h.
+WEBHOOK_DEDUP_TTL = 72 * 3600
 
 
 def _seconds(default: float | None, description: str, *, zero: bool = False) -> Any:
@@ -135,7 +137,7 @@ class Settings(BaseModel):
         1_048_576, ge=1024, description="bytes of one webhook delivery the intake reads at most"
     )
     webhook_dedup_ttl: int = Field(
-        72 * 3600,
+        WEBHOOK_DEDUP_TTL,
         gt=0,
         le=_TEN_YEARS,
         description="seconds the intake remembers a delivery's webhook-id, so that a repeat "

@@ -45,7 +45,7 @@ from handlers.text import shown
 from tasks import keys
 from tasks.app import app as celery_app
 from tasks.approvals import ApprovalStore
-from tasks.settings import get_settings
+from tasks.settings import WEBHOOK_DEDUP_TTL, get_settings
 
 log = logging.getLogger("toolfan.webhook")
 
@@ -71,7 +71,7 @@ class IntakeConfig:
     max_bytes: int
     secrets: tuple[str, ...]
     token: str | None
-    seen_ttl: int = 72 * 3600
+    seen_ttl: int = WEBHOOK_DEDUP_TTL
 
 
 def answer(status: int, outcome: str, event: str = "none", **fields: Any) -> JSONResponse:

@@ -38,6 +38,11 @@ pytestmark = pytest.mark.usefixtures("worker", "api")
 
 #: The session worker's node name (``-n test@%h``).
 SESSION_WORKER = f"test@{socket.gethostname()}"
+#: Seconds a worker may still take messages from a queue after it answered that it stopped
+#: consuming it. On Redis the worker waits in a BRPOP naming its queues for up to kombu's
+#: ``brpop_timeout`` (1 s), and kombu puts the cancel off until that read returns: a
+#: ``submit`` sent meanwhile was taken (a CI run answered a batch of two in 12 ms).
+READ_IN_FLIGHT = 1.5
 
 
 @pytest.fixture
@@ -46,6 +51,7 @@ def no_submit_worker(worker: Worker) -> Iterator[None]:
     queue = ControlQueue.SUBMIT.value
     replies = app.control.cancel_consumer(queue, destination=[SESSION_WORKER], reply=True)
     assert replies, f"{SESSION_WORKER} did not answer cancel_consumer"
+    time.sleep(READ_IN_FLIGHT)
     try:
         yield
     finally:

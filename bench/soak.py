@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 
@@ -58,8 +59,9 @@ from bench.soak_inline import BatchAnswer, InlineTally, batch_times
 from bench.soak_load import Seeded, Tally, answer_times, plan_burst
 from bench.soak_mix import INLINE, RUNS, Mix, Rates
 from bench.soak_push import PUSH_FAULTS, QUICK_PUSH_FAULTS, Intake, PushTally
+from bench.soak_queues import QueueWatch, peaks
 from bench.soak_runs import RunTally, SeededRun, phase_times
-from bench.soak_sample import LOAD_PATTERNS, redis_sample, rss, watched_runs
+from bench.soak_sample import LOAD_PATTERNS, connections, redis_sample, rss, watched_runs
 from bench.stack import BenchStack
 from dispatcher.devstack import Service, wait_for
 
@@ -195,6 +197,8 @@ class Soak:
         self.watches_left: int | None = None
         self.intake: Intake | None = None
         self.pushes = PushTally()
+        self.queues: QueueWatch | None = None
+        self.redis_port = urlsplit(stack.base).port or 6379
 
     # --- the fleet ----------------------------------------------------------------------
 
@@ -389,6 +393,10 @@ class Soak:
         )
         mix = self.mix = Mix(self.stack.origin, rates, self.config.seed, self.config.inline_timeout)
         self.started = time.monotonic()
+        queues = self.queues = QueueWatch(
+            f"{self.stack.base}/{self.stack.config.broker_db}", self.started
+        )
+        queues.start()
         mix.start()
         mix.resume()
         closed = False
@@ -401,6 +409,7 @@ class Soak:
             closed = self.close_epoch(self.config.final_timeout)
         finally:
             mix.stop()
+            queues.stop()
         mix.check()
         if not closed:  # what is missing counts, and so do the watches left
             self.take()
@@ -477,7 +486,11 @@ class Soak:
             "batches_answered": self.inline.batches + len(self.epoch_answers),
             "rss": {role: rss(pid) for role, pid in self.pids.items()},
             "redis": redis_sample(self.redis, {"broker": self.broker, "ledger": self.redis}),
+            "connections": connections(self.pids, self.redis_port, {"bench": os.getpid()}),
         }
+        if self.queues is not None:  # the deepest each queue stood since the last sample
+            last = self.series[-1]["t"] if self.series else -math.inf
+            sample["queues"] = peaks(self.queues.snapshot(), last, t)
         recent = answer_times(self.epoch_seeded, self.epoch_batches)[-500:]
         sample["p95_recent"] = percentiles([d for _, d in recent])["p95"]
         self.series.append(sample)
@@ -595,6 +608,7 @@ def document(
             else None,
         },
         "series": soak.series,
+        "queues": soak.queues.snapshot() if soak.queues is not None else [],
         "windows": windows(soak.times, wall_zero, config.window, info["load_seconds"]),
         "windows_by_source": {
             name: windows(times, wall_zero, config.window, info["load_seconds"])

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import Target
+from bench.soak_queues import deepest, peaks
 
 Sample = dict[str, Any]
 #: Samples at each end of the steady part whose median is that end's value.
@@ -36,6 +37,8 @@ MEMORY_ROLES = {
     "intake": "webhook intake RSS",
     "redis": "Redis used_memory",
 }
+#: Windows listed with where their calls waited: the slowest by the sessions' p95.
+SLOWEST = 3
 
 
 def roles_of(series: Sequence[Sample]) -> list[str]:
@@ -313,8 +316,37 @@ def lines(soak: dict[str, Any]) -> list[str]:
     for role, patterns in last.items():
         for name, count in sorted(patterns.items()):
             out.append(f"  {role:<7} {count:>6}  {name}")
+    out += slowest_lines(soak) + connection_lines(soak)
     out.append("")
     out += [t.line() for t in soak["targets_evaluated"]]
+    return out
+
+
+def slowest_lines(soak: dict[str, Any]) -> list[str]:
+    """The :data:`SLOWEST` windows by p95, each with the queues that stood deepest in it."""
+    points = soak.get("queues") or []
+    full = [w for w in soak["windows"] if w["sessions"]]
+    if not full or not points:
+        return []
+    out = ["", "slowest windows (sessions' p95), and the deepest queues in them (messages):"]
+    for w in sorted(full, key=lambda w: -w["p95"])[:SLOWEST]:
+        depths = peaks(points, w["start"], w["end"])
+        out.append(f"  {w['start']:>6.0f} s  p95 {w['p95']:6.3f} s  {deepest(depths)}")
+    return out
+
+
+def connection_lines(soak: dict[str, Any]) -> list[str]:
+    """Connections to Redis by process tree: the first steady sample, the last, the most."""
+    steady = [
+        s for s in steady_part(soak["series"], soak["config"]["warmup"]) if "connections" in s
+    ]
+    if not steady:
+        return []
+    roles = sorted({role for s in steady for role in s["connections"]})
+    out = ["", f"{'connections':<16}{'first':>8}{'last':>8}{'most':>8}"]
+    for role in roles:
+        counts = [s["connections"].get(role, 0) for s in steady]
+        out.append(f"{role:<16}{counts[0]:>8}{counts[-1]:>8}{max(counts):>8}")
     return out
 
 
@@ -359,7 +391,13 @@ def draw(soak: dict[str, Any], path: Path) -> None:
     conns.plot(
         minutes, [s["redis"]["pubsub"]["subscriptions"] for s in series], label="subscriptions"
     )
-    conns.set_title("Redis connections (bench databases) and pub/sub")
+    held = [s for s in series if "connections" in s]
+    for role in sorted({role for s in held for role in s["connections"]}):
+        counts = [s["connections"].get(role, 0) for s in held]
+        if any(counts):
+            at = [s["t"] / 60 for s in held]
+            conns.plot(at, counts, linewidth=0.8, linestyle="--", label=f"held by {role}")
+    conns.set_title("Redis connections (bench databases; held by each process tree) and pub/sub")
     windows = [w for w in soak["windows"] if w["sessions"]]
     mids = [(w["start"] + w["end"]) / 120 for w in windows]
     p95.plot(mids, [w["p95"] for w in windows], marker="o", label="p95 (sessions)")

@@ -132,6 +132,38 @@ def clients(client: redis.Redis, dbs: Iterable[int]) -> dict[str, int]:
     }
 
 
+def connections(
+    trees: Mapping[str, int], port: int, alone: Mapping[str, int] | None = None
+) -> dict[str, int]:
+    """Established TCP connections to ``port`` per role.
+
+    A role of ``trees`` counts its process and all its descendants (a prefork pool's
+    children); one of ``alone`` its process only (the bench, whose children are the fleet).
+    The server's own count says the fleet holds more connections; this says whose pool
+    grew.
+    """
+    out: dict[str, int] = {}
+    for role, pid in [*trees.items(), *(alone or {}).items()]:
+        try:
+            root = psutil.Process(pid)
+            procs = [root, *root.children(recursive=True)] if role in trees else [root]
+        except psutil.NoSuchProcess:
+            out[role] = 0
+            continue
+        out[role] = sum(_to_port(proc, port) for proc in procs)
+    return out
+
+
+def _to_port(proc: psutil.Process, port: int) -> int:
+    try:
+        held = proc.net_connections(kind="tcp")
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return 0
+    return sum(
+        1 for c in held if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED
+    )
+
+
 def redis_sample(client: redis.Redis, databases: Mapping[str, redis.Redis]) -> dict[str, Any]:
     """Redis's part of a sample; ``databases`` maps a role (broker, ledger) to its client."""
     memory = client.info("memory")

@@ -55,6 +55,15 @@ def test_the_series_is_sampled_whole(soak: dict[str, Any]) -> None:
         assert set(redis["keys"]) == {"broker", "ledger"}
         assert redis["no_ttl_unexpected"] >= 0 and redis["watched_runs"] >= 0
         assert redis["pubsub"]["channels"] >= 0 and _positive(redis["clients"]["ours"])
+        held = sample["connections"]
+        assert set(held) == {*ROLES, "bench"}, sample["t"]
+        for role in ("worker-prefork", "worker-threads", "poller", "poller-runs", "bench"):
+            assert held[role] > 0, (role, sample["t"], held)
+        assert sample["queues"] == {} or max(sample["queues"].values()) > 0
+    readings = soak["json"]["queues"]
+    seconds = soak["json"]["info"]["load_seconds"]
+    assert len(readings) >= seconds / 2, (len(readings), seconds)
+    assert [r["t"] for r in readings] == sorted(r["t"] for r in readings)
     assert series[-1]["calls_answered"] > series[0]["calls_answered"]
     assert "min" in soak["stderr"] and "p95" in soak["stderr"]
     windows = [w for w in soak["json"]["windows"] if w["sessions"]]
@@ -134,6 +143,7 @@ def test_each_verdict_is_evaluated_and_the_files_written(soak: dict[str, Any]) -
     assert (soak["out"] / "soak.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = (soak["out"] / "soak.txt").read_text()
     assert "growth %" in text and "soak: runs: " in text and "run_tool_calls batches" in text
+    assert "slowest windows" in text and "\nworker-threads " in text
     print(f"python -m bench soak --quick took {soak['seconds']:.1f} s")
 
 

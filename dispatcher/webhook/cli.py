@@ -80,6 +80,14 @@ def _manage(args: argparse.Namespace) -> int:
     return _delete(args.target)
 
 
+#: Seconds the intake keeps an idle connection open. Longer than senders' pools keep theirs
+#: (httpx 5 s, aiohttp 15 s, load balancers commonly 60 s): a server that closes first races
+#: a delivery sent on the connection as it closes, and that delivery is lost to a reset and
+#: waits for the platform's retry. uvicorn's default is 5 s, httpx's pool expiry too; at
+#: those a soak saw one attempt of 30,802 fail unanswered without reaching the intake.
+KEEP_ALIVE = 75
+
+
 def _serve(host: str, port: int, root_path: str = "") -> int:
     import logging
 
@@ -123,7 +131,11 @@ def _serve(host: str, port: int, root_path: str = "") -> int:
         print(f"approval page on http://{shown}:{port}/approvals", flush=True)
     server = uvicorn.Server(
         uvicorn.Config(
-            build_app(config), root_path=root_path, log_level="warning", access_log=False
+            build_app(config),
+            root_path=root_path,
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=KEEP_ALIVE,
         )
     )
     server.run(sockets=[sock])

@@ -9,6 +9,7 @@ nothing: no ledger record, no side effect, no ``webhook-id`` kept.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
 import secrets
@@ -33,6 +34,9 @@ pytestmark = pytest.mark.usefixtures("worker")
 SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
 OLD_SECRET = "whsec_" + base64.b64encode(b"o" * 32).decode()
 TOKEN = "intake-" + secrets.token_hex(8)
+#: Seconds a sender's pooled connection idles before its next delivery: past httpx's pool
+#: expiry and uvicorn's default keep-alive (5 s each).
+SENDER_IDLE = 6.5
 
 
 @pytest.fixture(scope="module")
@@ -249,6 +253,30 @@ def test_healthz_and_metrics(intake):
     assert health.status_code == 200 and health.json() == {"redis": "ok", "broker": "ok"}
     metrics = httpx.get(f"{intake}/metrics", timeout=10).text
     assert "toolfan_webhook_deliveries_total" in metrics
+
+
+def test_an_idle_senders_connection_outlives_its_pools_expiry(intake):
+    """A sender that reuses a connection after idling must not meet one closed under it.
+
+    Were the intake to close idle connections as soon as common clients expire theirs
+    (httpx's pool: 5 s, uvicorn's default keep-alive: 5 s), a delivery sent on a connection
+    the intake is closing at that moment is lost to a reset: the soak saw one in 30,802
+    pushes. The intake keeps idle connections longer than such pools do.
+    """
+    host, port = httpx.URL(intake).host, httpx.URL(intake).port
+    assert port is not None
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().read() and conn.sock is not None
+        sock = conn.sock
+        time.sleep(SENDER_IDLE)
+        assert conn.sock is sock
+        conn.request("GET", "/healthz")  # on the same connection: http.client never reopens
+        again = conn.getresponse()
+        assert again.status == 200 and json.loads(again.read()) == {"redis": "ok", "broker": "ok"}
+    finally:
+        conn.close()
 
 
 def test_runs_watch_needs_the_token_and_watches_the_run(intake, redis_client):

@@ -45,7 +45,14 @@ from handlers import jsonsafe
 logger = logging.getLogger("dispatcher.client")
 
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
-DEFAULT_LIMITS = httpx.Limits(max_connections=20, max_keepalive_connections=10)
+#: Seconds a pooled connection may idle before it is dropped: less than the 5 s after which
+#: many servers close one (uvicorn's and Node's defaults). httpx keeps them 5 s as well, so
+#: a request sent on a connection idle that long could meet the server closing it and fail
+#: with a reset, costing a retry and its back-off.
+KEEPALIVE_EXPIRY = 4.0
+DEFAULT_LIMITS = httpx.Limits(
+    max_connections=20, max_keepalive_connections=10, keepalive_expiry=KEEPALIVE_EXPIRY
+)
 _FINAL_BY_STATUS: Mapping[int, type[APIError]] = {
     400: BadRequestError,
     401: AuthenticationError,

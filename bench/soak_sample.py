@@ -37,15 +37,19 @@ def pattern(key: str) -> str:
     return _DIGITS.sub("#", text)
 
 
-def rss(pid: int) -> int:
-    """Resident bytes of a process and its live descendants (a prefork pool's children)."""
+def tree(pid: int, descendants: bool = True) -> list[psutil.Process]:
+    """A process and its live descendants (a prefork pool's children); none once it is gone."""
     try:
         root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
+        return [root, *root.children(recursive=True)] if descendants else [root]
     except psutil.NoSuchProcess:
-        return 0
+        return []
+
+
+def rss(pid: int) -> int:
+    """Resident bytes of a process and its live descendants (a prefork pool's children)."""
     total = 0
-    for proc in procs:
+    for proc in tree(pid):
         try:
             total += int(proc.memory_info().rss)
         except psutil.NoSuchProcess:
@@ -142,16 +146,9 @@ def connections(
     The server's own count says the fleet holds more connections; this says whose pool
     grew.
     """
-    out: dict[str, int] = {}
-    for role, pid in [*trees.items(), *(alone or {}).items()]:
-        try:
-            root = psutil.Process(pid)
-            procs = [root, *root.children(recursive=True)] if role in trees else [root]
-        except psutil.NoSuchProcess:
-            out[role] = 0
-            continue
-        out[role] = sum(_to_port(proc, port) for proc in procs)
-    return out
+    roles = [(role, tree(pid)) for role, pid in trees.items()]
+    roles += [(role, tree(pid, descendants=False)) for role, pid in (alone or {}).items()]
+    return {role: sum(_to_port(proc, port) for proc in procs) for role, procs in roles}
 
 
 def _to_port(proc: psutil.Process, port: int) -> int:

@@ -59,7 +59,7 @@ def test_the_series_is_sampled_whole(soak: dict[str, Any]) -> None:
         assert set(held) == {*ROLES, "bench"}, sample["t"]
         for role in ("worker-prefork", "worker-threads", "poller", "poller-runs", "bench"):
             assert held[role] > 0, (role, sample["t"], held)
-        assert sample["queues"] == {} or max(sample["queues"].values()) > 0
+        assert all(isinstance(d, int) and d > 0 for d in sample["queues"].values())
     readings = soak["json"]["queues"]
     seconds = soak["json"]["info"]["load_seconds"]
     assert len(readings) >= seconds / 2, (len(readings), seconds)
@@ -143,7 +143,7 @@ def test_each_verdict_is_evaluated_and_the_files_written(soak: dict[str, Any]) -
     assert (soak["out"] / "soak.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = (soak["out"] / "soak.txt").read_text()
     assert "growth %" in text and "soak: runs: " in text and "run_tool_calls batches" in text
-    assert "slowest windows" in text and "\nworker-threads " in text
+    assert "slowest windows" in text and "\nconnections " in text  # the table's header
     print(f"python -m bench soak --quick took {soak['seconds']:.1f} s")
 
 

@@ -1,18 +1,18 @@
 """``python -m bench soak``: a long mixed load with faults on, watched for leaks and drift.
 
 No-op, 50 ms and failing calls arrive as Poisson processes at a share of what this machine
-sustained in a burst of sessions of the same mix measured first, in the three ways the
-engine is driven: sessions (some with hostile ids), watched runs of one or two phases
-(``--runs-share``) and ``run_tool_calls`` batches from caller threads of this process
-(``--inline-share``). Every session that starts waiting is also pushed to a ``toolfan
-webhook`` intake (``--no-push`` leaves it out), while the pollers poll. Meanwhile the API
-errs, throttles and drops answers at low rates, the push channel drops, repeats and
-shuffles events, a worker is SIGKILLed and restarted every few minutes and a poller (of
-both sources) restarted. Every interval the soak samples the RSS of each process tree,
-Redis's memory, keys (and those without TTL, by pattern), watched runs, pub/sub channels
-and connections; it reports their growth from the first steady sample to the last, the
-p95 of time to answer per window, and whether every session, every run's phase and every
-batch was answered exactly once, and every push accepted.
+sustained in bursts of sessions of the same mix measured first (the median of
+``--bursts``), in the three ways the engine is driven: sessions (some with hostile ids),
+watched runs of one or two phases (``--runs-share``) and ``run_tool_calls`` batches from
+caller threads of this process (``--inline-share``). Every session that starts waiting is
+also pushed to a ``toolfan webhook`` intake (``--no-push`` leaves it out), while the
+pollers poll. Meanwhile the API errs, throttles and drops answers at low rates, the push
+channel drops, repeats and shuffles events, a worker is SIGKILLed and restarted every few
+minutes and a poller (of both sources) restarted. Every interval the soak samples the RSS
+of each process tree, Redis's memory, keys (and those without TTL, by pattern), watched
+runs, pub/sub channels and connections; it reports their growth from the first steady
+sample to the last, the p95 of time to answer per window, and whether every session,
+every run's phase and every batch was answered exactly once, and every push accepted.
 
 Two things make a long run measure toolfan rather than its stand-ins. The ledger's TTL is
 short (``--ledger-ttl``, 150 s), so the ledger reaches its steady size within the warm-up
@@ -37,6 +37,7 @@ import json
 import math
 import os
 import signal
+import statistics
 import sys
 import time
 from collections import Counter
@@ -104,6 +105,7 @@ class SoakConfig:
     ledger_ttl: int = 150
     queue_budget: int = 60
     burst: int = 300
+    bursts: int = 3
     drain_timeout: float = 90.0
     final_timeout: float = 180.0
     seed: int = 1
@@ -127,6 +129,7 @@ class SoakConfig:
             queue_budget=20,
             inline_timeout=30.0,
             burst=30,
+            bursts=2,
             drain_timeout=40.0,
             final_timeout=60.0,
             quick=True,
@@ -149,6 +152,10 @@ class SoakConfig:
 def _every(first: float, every: float, until: float, kind: str) -> list[tuple[float, str]]:
     count = max(0, math.floor((until - first) / every) + 1) if until > first else 0
     return [(first + i * every, kind) for i in range(count)]
+
+
+def _rates(rates: Sequence[float]) -> str:
+    return ", ".join(f"{r:.0f}" for r in rates)
 
 
 def say(text: str) -> None:
@@ -362,32 +369,43 @@ class Soak:
 
     # --- the run ------------------------------------------------------------------------
 
-    def calibrate(self) -> float:
-        """Calls per second this stack answers in a burst of the mix, faults off.
+    def calibrate(self) -> list[float]:
+        """Calls per second this stack answers in each of ``bursts`` bursts of the mix, faults off.
 
         With faults on, a retry's back-off would make the burst's last answer, not the
-        fleet, the measure.
+        fleet, the measure. One burst's figure swings with whatever the machine does at
+        that moment (a fifth and more between bursts a minute apart), so the load follows
+        the median of several.
         """
-        plans = plan_burst(self.config.burst, self.config.seed)
-        chunk = self.emu.seed([p.body for p in plans])[0]
-        self.epoch_seeded = [
-            Seeded(sid, chunk.at, p) for sid, p in zip(chunk.ids, plans, strict=True)
-        ]
-        if not self.close_epoch(self.config.drain_timeout):
-            raise RuntimeError("the calibration burst was not answered in time")
-        self.burst_calls = sum(p.calls for p in plans)
-        return self.burst_calls / max(t for _, t in self.times)
+        rates: list[float] = []
+        for index in range(self.config.bursts):
+            plans = plan_burst(self.config.burst, self.config.seed + index, index)
+            chunk = self.emu.seed([p.body for p in plans])[0]
+            self.epoch_seeded = [
+                Seeded(sid, chunk.at, p) for sid, p in zip(chunk.ids, plans, strict=True)
+            ]
+            before = len(self.times)
+            if not self.close_epoch(self.config.drain_timeout):
+                raise RuntimeError(f"calibration burst {index + 1} was not answered in time")
+            calls = sum(p.calls for p in plans)
+            self.burst_calls += calls
+            rates.append(calls / max(t for _, t in self.times[before:]))
+        return rates
 
     def run(self) -> dict[str, Any]:
         """Calibrate, then the load with its samples, faults and epochs; the final drain."""
-        burst = self.calibrate()
+        bursts = self.calibrate()
+        burst = statistics.median(bursts)
         rate = self.config.rate or self.config.share * burst
         source = (
-            "--rate" if self.config.rate else f"{self.config.share:.0%} of a burst's {burst:.0f}"
+            "--rate"
+            if self.config.rate
+            else f"{self.config.share:.0%} of the median of bursts of {_rates(bursts)}"
         )
         rates = Rates.split(rate, self.config.runs_share, self.config.inline_share)
         say(
-            f"burst of {self.config.burst} sessions: {burst:.0f} calls/s; offering {rate:.1f} "
+            f"bursts of {self.config.burst} sessions: {_rates(bursts)} calls/s, median "
+            f"{burst:.0f}; offering {rate:.1f} "
             f"({rates.sessions:.1f} in sessions, {rates.runs:.1f} in runs, "
             f"{rates.inline:.1f} in run_tool_calls)"
         )
@@ -423,6 +441,7 @@ class Soak:
             "rate_source": source,
             "rates_calls_per_s": rates.to_json(),
             "burst_calls_per_s": burst,
+            "bursts_calls_per_s": bursts,
             "load_seconds": load_seconds,
             "answered_calls_per_s": (self.answered() - self.burst_calls) / load_seconds,
         }
@@ -666,8 +685,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--rate",
         type=float,
         default=None,
-        help=f"calls/s to offer, all sources together (default: {d.share * 100:.0f} %% of a "
-        "burst's)",
+        help=f"calls/s to offer, all sources together (default: {d.share * 100:.0f} %% of the "
+        "median calibration burst's)",
+    )
+    p.add_argument(
+        "--bursts",
+        type=int,
+        default=d.bursts,
+        help=f"calibration bursts of {d.burst} sessions, faults off; the load follows their "
+        f"median ({d.bursts})",
     )
     p.add_argument(
         "--runs-share",
@@ -755,6 +781,7 @@ def build_parser() -> argparse.ArgumentParser:
 POSITIVE = (
     "minutes",
     "rate",
+    "bursts",
     "interval",
     "warmup",
     "window",
@@ -788,6 +815,7 @@ def soak_config(args: argparse.Namespace) -> SoakConfig:
         out=Path(args.out),
         minutes=args.minutes,
         rate=args.rate,
+        bursts=args.bursts,
         runs_share=args.runs_share,
         inline_share=args.inline_share,
         interval=args.interval,

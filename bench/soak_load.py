@@ -317,10 +317,14 @@ def mean_calls() -> float:
     return sum(k * w for k, w in CALLS_WEIGHTS.items()) / total
 
 
-def plan_burst(count: int, seed: int) -> list[Planned]:
-    """``count`` sessions of the mix, for the calibration burst."""
+def plan_burst(count: int, seed: int, index: int = 0) -> list[Planned]:
+    """``count`` sessions of the mix, for calibration burst ``index`` (from 0).
+
+    Hostile ids are numbered below zero (the load's are above), each burst's apart: a
+    session id that came again would find the last burst's answer in the ledger.
+    """
     rng = random.Random(seed)  # noqa: S311 - a load shape
-    return [plan_session(rng, -i - 1) for i in range(count)]
+    return [plan_session(rng, -(index * count + i) - 1) for i in range(count)]
 
 
 def answer_times(seeded: Iterable[Seeded], batches: Iterable[JSON]) -> list[tuple[float, float]]:

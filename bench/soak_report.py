@@ -323,7 +323,12 @@ def lines(soak: dict[str, Any]) -> list[str]:
 
 
 def slowest_lines(soak: dict[str, Any]) -> list[str]:
-    """The :data:`SLOWEST` windows by p95, each with the queues that stood deepest in it."""
+    """The :data:`SLOWEST` windows by p95, each with the queues that stood deepest in it.
+
+    A window holds the sessions *seeded* in it, and the queues read in the same span of
+    the clock: those of a session seeded late in a window and answered after it are
+    partly read in the next one, so a window's deepest queues are an approximation.
+    """
     points = soak.get("queues") or []
     full = [w for w in soak["windows"] if w["sessions"]]
     if not full or not points:

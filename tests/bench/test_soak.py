@@ -11,6 +11,7 @@ on the bench's databases (4 and 5).
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 import pytest
@@ -86,6 +87,27 @@ def test_every_session_is_answered_exactly_once_despite_the_faults(soak: dict[st
 
 
 @pytest.mark.timeout(180)
+def test_the_load_follows_the_median_of_the_calibration_bursts(soak: dict[str, Any]) -> None:
+    info = soak["json"]["info"]
+    bursts = info["bursts_calls_per_s"]
+    assert len(bursts) == 2 and all(_positive(b) for b in bursts)  # the quick run's two
+    assert info["burst_calls_per_s"] == pytest.approx(statistics.median(bursts))
+    assert info["rate_calls_per_s"] == pytest.approx(0.4 * statistics.median(bursts))
+    assert ", ".join(f"{b:.0f}" for b in bursts) in info["rate_source"]
+
+
+def test_each_calibration_burst_has_hostile_ids_of_its_own() -> None:
+    from bench.soak_load import plan_burst
+
+    def ids(plans: list[Any]) -> list[str]:
+        return [p.body["session_id"] for p in plans if "session_id" in p.body]
+
+    first, second = ids(plan_burst(300, 1, 0)), ids(plan_burst(300, 1, 1))
+    assert first and second  # the same seed draws the same hostile sessions...
+    assert len({*first, *second}) == len(first) + len(second)  # ...under ids of their own
+
+
+@pytest.mark.timeout(180)
 def test_every_watched_run_is_submitted_once_per_phase_and_then_unwatched(
     soak: dict[str, Any],
 ) -> None:
@@ -147,7 +169,9 @@ def test_each_verdict_is_evaluated_and_the_files_written(soak: dict[str, Any]) -
     print(f"python -m bench soak --quick took {soak['seconds']:.1f} s")
 
 
-@pytest.mark.parametrize("option", ["--minutes=0", "--rate=-5", "--interval=nan", "--epoch=0"])
+@pytest.mark.parametrize(
+    "option", ["--minutes=0", "--rate=-5", "--interval=nan", "--epoch=0", "--bursts=0"]
+)
 def test_an_option_that_cannot_be_run_is_refused_before_anything_starts(
     option: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,4 +1,5 @@
-"""Test processes never share a Redis they flush (``make test-fast`` runs several)."""
+"""Test processes never share a Redis they flush (``make test-fast`` runs several), and
+keep their bytecode."""
 
 from __future__ import annotations
 
@@ -26,3 +27,11 @@ def test_several_test_processes_refuse_one_named_redis():
     )
     assert done.returncode != 0
     assert "run the suite in one process (-n 0)" in done.stdout + done.stderr
+
+
+def test_the_suite_and_the_processes_it_starts_keep_their_bytecode():
+    # Without it each worker, poller and emulator the suite starts compiles toolfan again.
+    assert not sys.dont_write_bytecode
+    assert not os.environ.get("PYTHONDONTWRITEBYTECODE")
+    child = [sys.executable, "-c", "import sys; print(sys.dont_write_bytecode)"]
+    assert subprocess.run(child, capture_output=True, text=True).stdout == "False\n"

@@ -2,6 +2,8 @@
 
 Killed at once (the signals' default), pytest would leave every service of its fixtures
 running, orphaned: a CI job cancelled, ``timeout`` running out, a terminal closed.
+Each case runs a whole pytest that starts a worker (about 11 s), so ``make test-fast``
+leaves them to ``make test``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.services import ROOT, default_endings, wait_for
+
+pytestmark = pytest.mark.slow
 
 
 def _alive(pid: int) -> bool:

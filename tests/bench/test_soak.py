@@ -266,3 +266,28 @@ def test_a_refused_push_fails_the_push_verdict_and_no_push_judges_no_intake() ->
     assert push_targets(None) == []
     assert "intake" not in roles_of([{"rss": {"poller": 1}}])
     assert "intake" in roles_of([{"rss": {"poller": 1, "intake": 1}}])
+
+
+def _sample(t: float, server: int, held: dict[str, int] | None) -> dict[str, Any]:
+    sample: dict[str, Any] = {"t": t, "redis": {"clients": {"ours": server}}}
+    if held is not None:
+        sample["connections"] = held
+    return sample
+
+
+def test_the_connections_verdict_judges_toolfans_processes_not_the_soaks_own() -> None:
+    from bench.soak_report import connections_target
+
+    # The soak's own pool grows by 30 while toolfan's trees hold theirs: the server's count
+    # rises by 30 (over its limit of 10 % of 80), and the verdict still passes.
+    flat = [_sample(t, 80 + t, {"worker-prefork": 50, "bench": 30 + t}) for t in range(0, 31, 5)]
+    verdict = connections_target(flat, 0)
+    assert verdict.passed and verdict.measured == 0, verdict
+    assert "85 -> 105" in verdict.detail  # the server's count (medians of three), still shown
+    # A toolfan tree that grows by as much fails it.
+    leak = [_sample(t, 80 + t, {"worker-prefork": 50 + t, "bench": 30}) for t in range(0, 31, 5)]
+    assert not connections_target(leak, 0).passed
+    # A series sampled before per-tree counts is judged by the server's count, as it was.
+    old = [_sample(t, 80 + t, None) for t in range(0, 31, 5)]
+    assert not connections_target(old, 0).passed
+    assert connections_target([_sample(t, 80, None) for t in range(0, 31, 5)], 0).passed

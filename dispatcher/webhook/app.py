@@ -29,7 +29,7 @@ import redis
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -248,6 +248,20 @@ def _browsing(request: Request) -> bool:
     return wants_html(request.headers.get("accept", ""))
 
 
+async def _gone(request: Request, exc: Exception) -> Response:
+    """A client that closed its connection (or had it closed) before its body arrived.
+
+    Nobody is left to answer, and it is no fault of the intake's: one line at INFO, where
+    the exception would otherwise reach uvicorn's log as an error with its traceback.
+    """
+    log.info(
+        "%s %s: the client went away before its request arrived whole",
+        request.method,
+        shown(request.url.path),
+    )
+    return Response(status_code=400)
+
+
 def build_app(config: IntakeConfig) -> Starlette:
     """The intake's ASGI app over ``config``."""
     intake = Intake(config)
@@ -279,7 +293,8 @@ def build_app(config: IntakeConfig) -> Starlette:
             ),
             Route("/healthz", intake.healthz, methods=["GET"]),
             Route("/metrics", intake.metrics, methods=["GET"]),
-        ]
+        ],
+        exception_handlers={ClientDisconnect: _gone},
     )
 
 

@@ -95,6 +95,7 @@ def _serve(host: str, port: int, root_path: str = "") -> int:
 
     from dispatcher.warm import warm_intake
     from dispatcher.webhook.app import build_app, config_from_env
+    from dispatcher.webhook.deadline import IntakeProtocol
     from dispatcher.webhook.verify import SECRET_VARIABLE, unusable
     from tasks.logs import structured
     from tasks.settings import get_settings
@@ -136,6 +137,8 @@ def _serve(host: str, port: int, root_path: str = "") -> int:
             log_level="warning",
             access_log=False,
             timeout_keep_alive=KEEP_ALIVE,
+            http=IntakeProtocol,  # each request's arrival has a deadline (slow clients)
+            ws="none",  # the intake serves no WebSocket: an upgrade is not taken
         )
     )
     server.run(sockets=[sock])

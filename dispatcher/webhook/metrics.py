@@ -32,6 +32,12 @@ APPROVAL_NEAREST = Gauge(
     "toolfan_approval_nearest_deadline_seconds",
     "Seconds before the nearest approval deadline (+Inf when none waits), at the last scrape",
 )
+CLOSED = Counter(
+    "toolfan_webhook_connections_closed",
+    "Intake connections closed unanswered, by reason (silent: nothing sent within the "
+    "keep-alive time of opening; slow: a request not whole within 30 s of its first byte)",
+    ["reason"],
+)
 
 
 def read_approvals(count: int, nearest: float | None, now: float) -> None:

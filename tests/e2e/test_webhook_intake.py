@@ -280,6 +280,43 @@ def test_an_idle_senders_connection_outlives_its_pools_expiry(intake):
         conn.close()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_connections_sending_slowly_or_nothing_are_closed_without_holding_up_others(intake):
+    """A client cannot hold the intake's connections by sending nothing, or half a request.
+
+    With the defaults: one connection sends nothing, another a head and one byte of its
+    body. The second is closed 30 s after its first byte, the first 75 s after it opened
+    (the keep-alive); deliveries on other connections are answered meanwhile, the closes
+    are counted, and the cut body is one line at INFO, not an error.
+    """
+    from dispatcher.webhook.cli import KEEP_ALIVE
+    from dispatcher.webhook.deadline import RECEIPT_SECONDS
+
+    host, port = httpx.URL(intake).host, httpx.URL(intake).port
+    assert port is not None
+    silent = socket.create_connection((host, port), timeout=KEEP_ALIVE + 30)
+    opened = time.monotonic()
+    slow = socket.create_connection((host, port), timeout=KEEP_ALIVE + 30)
+    head = b"POST /webhooks/openai HTTP/1.1\r\nHost: intake\r\nContent-Length: 100\r\n\r\n{"
+    slow.sendall(head)
+    sent = time.monotonic()
+    with silent, slow:
+        assert httpx.get(f"{intake}/healthz", timeout=10).status_code == 200
+        assert slow.recv(100) == b""
+        assert RECEIPT_SECONDS - 0.5 < time.monotonic() - sent < RECEIPT_SECONDS + 5
+        assert httpx.get(f"{intake}/healthz", timeout=10).status_code == 200
+        assert silent.recv(100) == b""
+        assert KEEP_ALIVE - 0.5 < time.monotonic() - opened < KEEP_ALIVE + 5
+    metrics = httpx.get(f"{intake}/metrics", timeout=10).text
+    for reason in ("silent", "slow"):
+        line = f'toolfan_webhook_connections_closed_total{{reason="{reason}"}}'
+        assert line in metrics, reason
+    log = (Path(os.environ["TOOLFAN_TEST_TMP"]) / "intake.log").read_text()
+    assert "the client went away before its request arrived whole" in log
+    assert "Exception in ASGI application" not in log
+
+
 def test_runs_watch_needs_the_token_and_watches_the_run(intake, redis_client):
     url = f"{intake}/runs/watch"
     pair = {"thread_id": "thread_w", "run_id": "run_w"}

@@ -4,6 +4,7 @@ A real uvicorn server in this process, with the intake's protocol and a small ap
 raw sockets as clients. The deadlines are shortened here (0.5 s to arrive, a 2 s keep-alive)
 because each case at the defaults (30 s and 75 s) would take a minute or more:
 ``tests/e2e/test_webhook_intake.py`` holds one run of a real ``toolfan webhook`` with them.
+They still wait about 13 s in all, so ``make test-fast`` leaves them to ``make test``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from starlette.routing import Route
 
 from dispatcher.webhook import deadline
 from dispatcher.webhook.app import _gone, read_body
+
+pytestmark = pytest.mark.slow
 
 RECEIPT = 0.5
 KEEP_ALIVE = 2.0

@@ -505,7 +505,9 @@ class Soak:
             "batches_answered": self.inline.batches + len(self.epoch_answers),
             "rss": {role: rss(pid) for role, pid in self.pids.items()},
             "redis": redis_sample(self.redis, {"broker": self.broker, "ledger": self.redis}),
-            "connections": connections(self.pids, self.redis_port, {"bench": os.getpid()}),
+            "connections": connections(
+                self.pids, self.redis_port, {soak_report.BENCH: os.getpid()}
+            ),
         }
         if self.queues is not None:  # the deepest each queue stood since the last sample
             last = self.series[-1]["t"] if self.series else -math.inf

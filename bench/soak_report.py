@@ -174,14 +174,19 @@ def toolfan_connections(sample: Sample) -> float:
     """
     held = sample.get("connections")
     if held is None:
-        return float(sample["redis"]["clients"]["ours"])
+        return server_connections(sample)
     return float(sum(count for role, count in held.items() if role != BENCH))
+
+
+def server_connections(sample: Sample) -> float:
+    """The server's count of clients on the bench's databases, the soak's own included."""
+    return float(sample["redis"]["clients"]["ours"])
 
 
 def connections_target(series: Sequence[Sample], warmup: float) -> Target:
     """Connections held by toolfan's processes must not grow (the soak's own pool aside)."""
     first, last = ends(series, warmup, toolfan_connections)
-    server = ends(series, warmup, lambda s: float(s["redis"]["clients"]["ours"]))
+    server = ends(series, warmup, server_connections)
     return Target(
         "connections, growth",
         last - first,

@@ -34,6 +34,8 @@ _YEAR = 365 * 86_400
 _TEN_YEARS = 10 * _YEAR
 #: Seconds the intake remembers a webhook-id by default: the platform retries for up to 72 h.
 WEBHOOK_DEDUP_TTL = 72 * 3600
+#: Bytes of deliveries not yet verified the webhook intake holds at once (64 MiB).
+WEBHOOK_MAX_PENDING_BYTES = 64 << 20
 
 
 def _seconds(default: float | None, description: str, *, zero: bool = False) -> Any:
@@ -135,6 +137,12 @@ class Settings(BaseModel):
     )
     webhook_max_bytes: int = Field(
         1_048_576, ge=1024, description="bytes of one webhook delivery the intake reads at most"
+    )
+    webhook_max_pending_bytes: int = Field(
+        WEBHOOK_MAX_PENDING_BYTES,
+        ge=1024,
+        description="bytes of webhook deliveries not yet verified the intake holds at once, "
+        "every connection together (over it: 503)",
     )
     webhook_dedup_ttl: int = Field(
         WEBHOOK_DEDUP_TTL,
@@ -238,6 +246,15 @@ class Settings(BaseModel):
             raise ValueError(
                 "TOOLFAN_DEAD_AFTER: must be at least twice TOOLFAN_HEARTBEAT, or a live "
                 "worker missing one beat would look dead"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _room_for_a_delivery(self) -> Settings:
+        if self.webhook_max_pending_bytes < self.webhook_max_bytes:
+            raise ValueError(
+                "TOOLFAN_WEBHOOK_MAX_PENDING_BYTES: must be at least TOOLFAN_WEBHOOK_MAX_BYTES, "
+                "or a delivery of the largest size could never be read"
             )
         return self
 

@@ -2,14 +2,18 @@
 
 A delivery is handled in this order, and each step answers for itself:
 
-1. ``413`` for a body over ``TOOLFAN_WEBHOOK_MAX_BYTES`` (read no further than that);
-2. ``401`` unless the signature verifies (:mod:`dispatcher.webhook.verify`): nothing of the
+1. ``401`` before the body is received when the headers alone show it cannot verify (no
+   secret set, a signature header missing, the timestamp more than 300 s off);
+2. ``413`` for a body over ``TOOLFAN_WEBHOOK_MAX_BYTES`` (read no further than that);
+3. ``503`` (``busy``) when the bodies being received on every connection together would go
+   over ``TOOLFAN_WEBHOOK_MAX_PENDING_BYTES`` (:mod:`dispatcher.webhook.budget`);
+4. ``401`` unless the signature verifies (:mod:`dispatcher.webhook.verify`): nothing of the
    body has been read, and it is never logged;
-3. ``400`` for a verified body that is not the event JSON;
-4. ``200`` for a duplicate ``webhook-id`` (kept ``TOOLFAN_WEBHOOK_DEDUP_TTL``, 72 h) and for
+5. ``400`` for a verified body that is not the event JSON;
+6. ``200`` for a duplicate ``webhook-id`` (kept ``TOOLFAN_WEBHOOK_DEDUP_TTL``, 72 h) and for
    events toolfan does not act on;
-5. ``202`` once the session's targeted dispatch is queued on ``toolfan.poll``;
-6. ``503`` when Redis or the broker cannot take it, so the platform delivers it again
+7. ``202`` once the session's targeted dispatch is queued on ``toolfan.poll``;
+8. ``503`` when Redis or the broker cannot take it, so the platform delivers it again
    (the ``webhook-id`` is only kept once the dispatch is queued).
 
 Nothing is dispatched for any answer but ``202``.
@@ -35,19 +39,25 @@ from starlette.routing import Route
 
 from dispatcher.sources.assistants_watch import Watches
 from dispatcher.webhook.approvals import ApprovalsApi
+from dispatcher.webhook.budget import Budget, Hold, OverBudget
 from dispatcher.webhook.events import Event, Kind, NotAnEvent, read_event
-from dispatcher.webhook.metrics import DELIVERIES, read_approvals
+from dispatcher.webhook.metrics import DELIVERIES, PENDING_BYTES, read_approvals
 from dispatcher.webhook.operators import Operators
 from dispatcher.webhook.page import Page, is_form, wants_html
 from dispatcher.webhook.push import push
-from dispatcher.webhook.verify import Unverified, secrets, verify
+from dispatcher.webhook.throttle import Throttle
+from dispatcher.webhook.verify import Unverified, check_headers, secrets, verify
 from handlers.text import shown
 from tasks import keys
 from tasks.app import app as celery_app
 from tasks.approvals import ApprovalStore
-from tasks.settings import WEBHOOK_DEDUP_TTL, get_settings
+from tasks.settings import WEBHOOK_DEDUP_TTL, WEBHOOK_MAX_PENDING_BYTES, get_settings
 
 log = logging.getLogger("toolfan.webhook")
+
+
+#: Seconds a client refused for the budget is asked to wait (``Retry-After``).
+RETRY_AFTER = 5
 
 
 class TooLarge(Exception):
@@ -65,6 +75,8 @@ class IntakeConfig:
         token: The operator endpoints' bearer token (``TOOLFAN_INTAKE_TOKEN``), if set.
         seen_ttl: Seconds a delivery's ``webhook-id`` is remembered
             (``TOOLFAN_WEBHOOK_DEDUP_TTL``; the platform retries for up to 72 h).
+        max_pending_bytes: The most bytes of deliveries not yet verified held at once,
+            every connection together (``TOOLFAN_WEBHOOK_MAX_PENDING_BYTES``).
     """
 
     client: redis.Redis
@@ -72,6 +84,7 @@ class IntakeConfig:
     secrets: tuple[str, ...]
     token: str | None
     seen_ttl: int = WEBHOOK_DEDUP_TTL
+    max_pending_bytes: int = WEBHOOK_MAX_PENDING_BYTES
 
 
 def answer(status: int, outcome: str, event: str = "none", **fields: Any) -> JSONResponse:
@@ -80,20 +93,23 @@ def answer(status: int, outcome: str, event: str = "none", **fields: Any) -> JSO
     return JSONResponse({"outcome": outcome, **fields}, status_code=status)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, never more than ``limit`` bytes of it.
+async def read_body(request: Request, limit: int, hold: Hold | None = None) -> bytes:
+    """The body, never more than ``limit`` bytes of it, each chunk counted in ``hold``.
 
     Raises:
         TooLarge: the body (or its announced length) is over the limit.
+        OverBudget: ``hold``'s budget has no room for the next chunk.
     """
     announced = request.headers.get("content-length", "")
     if announced.isdigit() and int(announced) > limit:
         raise TooLarge
     body = bytearray()
     async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
+        if len(body) + len(chunk) > limit:
             raise TooLarge
+        if hold is not None:
+            hold.take(len(chunk))
+        body += chunk
     return bytes(body)
 
 
@@ -103,23 +119,16 @@ class Intake:
     def __init__(self, config: IntakeConfig) -> None:
         self.config = config
         self.approvals = ApprovalStore(config.client, get_settings().ledger_ttl)
+        self.budget = Budget(config.max_pending_bytes)
+        self._busy = Throttle()
 
     async def openai(self, request: Request) -> Response:
         """One delivery from the platform (see the module docstring for the order)."""
         received = time.time()
         webhook_id = request.headers.get("webhook-id", "")
-        try:
-            body = await read_body(request, self.config.max_bytes)
-        except TooLarge:
-            log.warning(
-                "webhook-id=%s refused: over %d bytes", shown(webhook_id), self.config.max_bytes
-            )
-            return answer(413, "too_large")
-        try:
-            verify(body, dict(request.headers), self.config.secrets)
-        except Unverified as exc:
-            log.warning("webhook-id=%s refused: %s", shown(webhook_id), exc)
-            return answer(401, "unauthorized", error="the signature does not verify")
+        body = await self._verified(request, webhook_id)
+        if isinstance(body, Response):
+            return body
         try:
             event = read_event(body)
         except NotAnEvent as exc:
@@ -131,6 +140,48 @@ class Intake:
             return self._unavailable(webhook_id, exc)
         except Exception as exc:  # kombu's broker errors have no common root
             return self._unavailable(webhook_id, exc)
+
+    async def _verified(self, request: Request, webhook_id: str) -> bytes | Response:
+        """The delivery's body once its signature verifies; else the refusal to send.
+
+        Until then its bytes count against the budget of bodies being received.
+        """
+        try:
+            check_headers(request.headers, self.config.secrets)
+        except Unverified as exc:
+            return _unauthorized(webhook_id, exc)
+        with self.budget.hold() as hold:
+            try:
+                body = await read_body(request, self.config.max_bytes, hold)
+            except TooLarge:
+                log.warning(
+                    "webhook-id=%s refused: over %d bytes",
+                    shown(webhook_id),
+                    self.config.max_bytes,
+                )
+                return answer(413, "too_large")
+            except OverBudget:
+                return self._over_budget()
+            try:
+                verify(body, dict(request.headers), self.config.secrets)
+            except Unverified as exc:
+                return _unauthorized(webhook_id, exc)
+        return body
+
+    def _over_budget(self) -> Response:
+        """503 for a delivery the budget has no room for; a line a minute at most."""
+        count = self._busy.due()
+        if count is not None:
+            log.warning(
+                "refused %d deliveries since the last such line: the bodies being received "
+                "would go over TOOLFAN_WEBHOOK_MAX_PENDING_BYTES (%d bytes); the platform "
+                "delivers them again",
+                count,
+                self.budget.total,
+            )
+        refused = answer(503, "busy", error="toolfan is receiving too much at once; retry later")
+        refused.headers["retry-after"] = str(RETRY_AFTER)
+        return refused
 
     def _take(self, webhook_id: str, event: Event, received: float) -> Response:
         """Deduplicate, then queue the dispatch (blocking: runs in a worker thread)."""
@@ -225,6 +276,11 @@ class Intake:
         return JSONResponse({"watching": True, "new": added == 1})
 
 
+def _unauthorized(webhook_id: str, exc: Unverified) -> Response:
+    log.warning("webhook-id=%s refused: %s", shown(webhook_id), exc)
+    return answer(401, "unauthorized", error="the signature does not verify")
+
+
 def _bearer_matches(headers: Mapping[str, str], token: str) -> bool:
     """Whether the request carries the token, compared in constant time."""
     given = headers.get("authorization", "")
@@ -265,6 +321,7 @@ async def _gone(request: Request, exc: Exception) -> Response:
 def build_app(config: IntakeConfig) -> Starlette:
     """The intake's ASGI app over ``config``."""
     intake = Intake(config)
+    PENDING_BYTES.set_function(lambda: intake.budget.held)  # read at each scrape only
     inbox = ApprovalsApi(intake.approvals, intake.operator)
     page = Page(intake.approvals, Operators(config.token) if config.token else None)
     return Starlette(
@@ -311,4 +368,5 @@ def config_from_env() -> IntakeConfig:
         secrets(),
         token,
         settings.webhook_dedup_ttl,
+        settings.webhook_max_pending_bytes,
     )

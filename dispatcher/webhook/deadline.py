@@ -24,21 +24,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from dispatcher.webhook.metrics import CLOSED
+from dispatcher.webhook.throttle import LOG_EVERY, Throttle
 
 log = logging.getLogger("toolfan.webhook")
 
 #: Seconds a request may take to arrive whole, from its first byte: a delivery of the
 #: largest body the intake reads (``TOOLFAN_WEBHOOK_MAX_BYTES``, 1 MiB) at 35 KB/s.
 RECEIPT_SECONDS = 30.0
-#: Seconds between two log lines about closed connections.
-LOG_EVERY = 60.0
 
 #: Why a connection was closed: nothing sent since it opened; a request too slow to arrive.
 SILENT, SLOW = "silent", "slow"
@@ -117,15 +115,13 @@ class IntakeProtocol(H11Protocol):
 class _Report:
     """Closed connections, logged at most once every :data:`LOG_EVERY` seconds."""
 
-    def __init__(self) -> None:
-        self._logged = -LOG_EVERY
-        self._since = 0
+    def __init__(self, throttle: Throttle | None = None) -> None:
+        self._throttle = throttle or Throttle(LOG_EVERY)
 
     def closed(self, reason: str, client: tuple[str, int] | None) -> None:
         """Count one closed connection; log it, with the count, unless a line is recent."""
-        self._since += 1
-        now = time.monotonic()
-        if now - self._logged < LOG_EVERY:
+        count = self._throttle.due()
+        if count is None:
             return
         what = "sent nothing" if reason == SILENT else "did not send a whole request"
         seconds = RECEIPT_SECONDS if reason == SLOW else None
@@ -137,9 +133,8 @@ class _Report:
             peer,
             what,
             within,
-            self._since,
+            count,
         )
-        self._logged, self._since = now, 0
 
 
 _REPORT = _Report()

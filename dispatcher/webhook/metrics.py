@@ -11,7 +11,7 @@ from prometheus_client import Counter, Gauge, Histogram
 DELIVERIES = Counter(
     "toolfan_webhook_deliveries",
     "Webhook deliveries by outcome (accepted, duplicate, ignored, bad_request, "
-    "unauthorized, too_large, unavailable) and event type",
+    "unauthorized, too_large, busy, unavailable) and event type",
     ["outcome", "event"],
 )
 PUSH_TO_DISPATCH = Histogram(
@@ -31,6 +31,11 @@ APPROVALS_WAITING = Gauge(
 APPROVAL_NEAREST = Gauge(
     "toolfan_approval_nearest_deadline_seconds",
     "Seconds before the nearest approval deadline (+Inf when none waits), at the last scrape",
+)
+PENDING_BYTES = Gauge(
+    "toolfan_webhook_pending_bytes",
+    "Bytes of deliveries being received and not yet verified, every connection together "
+    "(at most TOOLFAN_WEBHOOK_MAX_PENDING_BYTES), at the last scrape",
 )
 CLOSED = Counter(
     "toolfan_webhook_connections_closed",

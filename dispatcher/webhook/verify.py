@@ -5,6 +5,10 @@ accepts the old and the new secret while a secret is rotated. A delivery passes 
 secret verifies any of its signatures, and its timestamp is within 300 s of now. Nothing
 of the body is read before: a forged delivery costs one HMAC per secret, and its body is
 never parsed, logged or kept.
+
+What the headers alone decide (:func:`check_headers`: a secret set, the three headers there,
+the timestamp a number within the window) is checked before the body is even received, so
+a request that could never verify is refused without the intake holding its body.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import time
 from collections.abc import Mapping, Sequence
 from functools import cache
 
@@ -64,6 +69,39 @@ def warm_verifier() -> None:
     _ = _verifier().webhooks
 
 
+#: The headers a delivery is signed with.
+SIGNED_WITH = ("webhook-id", "webhook-timestamp", "webhook-signature")
+
+
+def check_headers(headers: Mapping[str, str], keys: Sequence[str]) -> dict[str, str]:
+    """The signature's headers, unless they alone show the delivery cannot verify.
+
+    The same checks as the SDK's verifier makes before it computes a signature (the
+    timestamp read with ``int`` and compared with the same window), so nothing it would
+    pass is refused here.
+
+    Raises:
+        Unverified: no secret is set, a header is missing, or the timestamp is not a
+            number or is more than :data:`TOLERANCE` seconds off.
+    """
+    if not keys:
+        raise Unverified(f"{SECRET_VARIABLE} is not set, so no delivery can be verified")
+    present = {k.lower(): v for k, v in headers.items() if k.lower() in SIGNED_WITH}
+    missing = [name for name in SIGNED_WITH if not present.get(name)]
+    if missing:
+        raise Unverified(f"missing header {', '.join(missing)}")
+    try:
+        stamp = int(present["webhook-timestamp"])
+    except ValueError:
+        raise Unverified("Invalid webhook timestamp format") from None
+    now = int(time.time())
+    if now - stamp > TOLERANCE:
+        raise Unverified("Webhook timestamp is too old")
+    if stamp > now + TOLERANCE:
+        raise Unverified("Webhook timestamp is too new")
+    return present
+
+
 def verify(body: bytes, headers: Mapping[str, str], keys: Sequence[str]) -> None:
     """Pass if a secret verifies the delivery.
 
@@ -71,13 +109,7 @@ def verify(body: bytes, headers: Mapping[str, str], keys: Sequence[str]) -> None
         Unverified: no secret is set, a header is missing, the timestamp is off, or no
             signature matches.
     """
-    if not keys:
-        raise Unverified(f"{SECRET_VARIABLE} is not set, so no delivery can be verified")
-    wanted = ("webhook-id", "webhook-timestamp", "webhook-signature")
-    present = {k.lower(): v for k, v in headers.items() if k.lower() in wanted}
-    missing = [name for name in wanted if not present.get(name)]
-    if missing:
-        raise Unverified(f"missing header {', '.join(missing)}")
+    present = check_headers(headers, keys)
     last: Exception | None = None
     for key in keys:
         try:

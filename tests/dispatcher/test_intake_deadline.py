@@ -26,6 +26,7 @@ from starlette.routing import Route
 
 from dispatcher.webhook import deadline
 from dispatcher.webhook.app import _gone, read_body
+from dispatcher.webhook.throttle import Throttle
 
 pytestmark = pytest.mark.slow
 
@@ -209,14 +210,15 @@ def test_part_of_a_request_sent_behind_a_pending_answer_is_timed_from_that_answe
 def test_closed_connections_are_logged_at_most_once_a_minute(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    report = deadline._Report()
+    now = [1000.0]
+    report = deadline._Report(Throttle(deadline.LOG_EVERY, lambda: now[0]))
     with caplog.at_level(logging.WARNING, logger="toolfan.webhook"):
         for _ in range(5):
             report.closed(deadline.SLOW, ("203.0.113.9", 4000))
     (line,) = caplog.records
     assert "203.0.113.9:4000" in line.getMessage()
     assert f"within {deadline.RECEIPT_SECONDS:g} s" in line.getMessage()
-    report._logged -= deadline.LOG_EVERY  # a minute later
+    now[0] += deadline.LOG_EVERY  # a minute later
     with caplog.at_level(logging.WARNING, logger="toolfan.webhook"):
         report.closed(deadline.SILENT, None)
     assert "sent nothing" in caplog.records[-1].getMessage()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 import math
 import time
@@ -11,8 +13,10 @@ from datetime import UTC, datetime
 import pytest
 from standardwebhooks import Webhook
 
+from dispatcher.webhook.budget import Budget, OverBudget
 from dispatcher.webhook.events import Kind, NotAnEvent, read_event
-from dispatcher.webhook.verify import Unverified, secrets, unusable, verify
+from dispatcher.webhook.throttle import Throttle
+from dispatcher.webhook.verify import Unverified, check_headers, secrets, unusable, verify
 
 NEW = "whsec_" + base64.b64encode(b"n" * 32).decode()
 OLD = "whsec_" + base64.b64encode(b"o" * 32).decode()
@@ -67,6 +71,89 @@ def test_what_does_not_verify_is_refused_with_the_reason(case, reason):
         body = BODY + b" "
     with pytest.raises(Unverified, match=reason):
         verify(body, given, keys)
+
+
+@pytest.mark.parametrize(
+    ("stamp", "passes"),
+    [
+        ("{now}", True),
+        (" {now} ", True),
+        ("+{now}", True),
+        ("{under}", True),  # int() reads an underscore between digits, and so does the SDK
+        ("{old}", True),
+        ("{soon}", True),
+        ("{stale}", False),
+        ("{ahead}", False),
+        ("x", False),
+        ("", False),
+        ("1.5", False),
+        ("1" * 5000, False),  # past int()'s digit limit: a ValueError, not a hang
+    ],
+)
+def test_the_headers_check_refuses_exactly_what_the_sdks_verifier_refuses(stamp, passes):
+    """Checked before the body arrives, the headers refuse no delivery that would verify.
+
+    The SDK signs the timestamp as written, so each spelling is signed as itself here: the
+    verifier's answer then rests on the timestamp alone, and the check must agree with it.
+    """
+    now = int(time.time())
+    spelled = {"old": now - 290, "soon": now + 290, "stale": now - 310, "ahead": now + 310}
+    stamp = stamp.format(now=now, under=f"{str(now)[:4]}_{str(now)[4:]}", **spelled)
+    given = headers(NEW)
+    given["Webhook-Timestamp"] = stamp
+    given["Webhook-Signature"] = _sign_as_written(stamp)
+    assert _passes(lambda: verify(BODY, given, (NEW,))) is passes
+    assert _passes(lambda: check_headers(given, (NEW,))) is passes
+
+
+def _passes(check) -> bool:
+    try:
+        check()
+    except Unverified:
+        return False
+    return True
+
+
+def _sign_as_written(stamp: str) -> str:
+    """A v1 signature over ``msg_1.<stamp>.<BODY>``, the timestamp spelled as given."""
+    key = base64.b64decode(NEW[len("whsec_") :])
+    signed = f"msg_1.{stamp}.{BODY.decode()}".encode()
+    return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+
+
+def test_the_budget_counts_what_each_request_holds_and_gives_it_back():
+    budget = Budget(1000)
+    with budget.hold() as first:
+        first.take(600)
+        with budget.hold() as second:
+            second.take(300)
+            with pytest.raises(OverBudget):
+                second.take(101)  # 1,001: refused, and not counted
+            assert budget.held == 900
+        assert budget.held == 600, "the second request's bytes came back as it ended"
+        first.take(400)
+        assert budget.held == 1000
+    assert budget.held == 0
+
+    def cut_short() -> None:
+        with budget.hold() as third:
+            third.take(10)
+            raise ConnectionResetError  # as a client gone mid-body raises through the read
+
+    with pytest.raises(ConnectionResetError):
+        cut_short()
+    assert budget.held == 0
+
+
+def test_a_throttled_line_is_due_once_a_window_with_the_count_since_the_last():
+    now = [50.0]
+    throttle = Throttle(60.0, lambda: now[0])
+    assert throttle.due() == 1
+    assert [throttle.due() for _ in range(4)] == [None] * 4
+    now[0] += 59.9
+    assert throttle.due() is None
+    now[0] += 0.1
+    assert throttle.due() == 6
 
 
 def test_a_timestamp_just_inside_the_window_passes():

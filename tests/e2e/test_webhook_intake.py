@@ -298,8 +298,7 @@ def test_connections_sending_slowly_or_nothing_are_closed_without_holding_up_oth
     silent = socket.create_connection((host, port), timeout=KEEP_ALIVE + 30)
     opened = time.monotonic()
     slow = socket.create_connection((host, port), timeout=KEEP_ALIVE + 30)
-    head = b"POST /webhooks/openai HTTP/1.1\r\nHost: intake\r\nContent-Length: 100\r\n\r\n{"
-    slow.sendall(head)
+    slow.sendall(_head(100, signed(b"{}")) + b"{")  # headers that pass, so its body is read
     sent = time.monotonic()
     with silent, slow:
         assert httpx.get(f"{intake}/healthz", timeout=10).status_code == 200
@@ -315,6 +314,88 @@ def test_connections_sending_slowly_or_nothing_are_closed_without_holding_up_oth
     log = (Path(os.environ["TOOLFAN_TEST_TMP"]) / "intake.log").read_text()
     assert "the client went away before its request arrived whole" in log
     assert "Exception in ASGI application" not in log
+
+
+def _head(length: int, headers: dict[str, str]) -> bytes:
+    """A delivery's request head, announcing ``length`` bytes of body."""
+    lines = [
+        "POST /webhooks/openai HTTP/1.1",
+        "Host: intake",
+        f"Content-Length: {length}",
+        *(f"{k}: {v}" for k, v in headers.items()),
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def _answer_head(conn: socket.socket) -> bytes:
+    """The status line and headers of the answer on ``conn``."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(4096)
+        assert chunk, data
+        data += chunk
+    return data.split(b"\r\n\r\n")[0]
+
+
+def _pending_bytes(intake: str) -> float:
+    text = httpx.get(f"{intake}/metrics", timeout=10).text
+    (line,) = [x for x in text.splitlines() if x.startswith("toolfan_webhook_pending_bytes ")]
+    return float(line.split()[1])
+
+
+def test_a_request_that_cannot_verify_is_refused_before_its_body_is_sent(intake):
+    """Missing signature headers or a stale timestamp: 401 at once, with no body received.
+
+    The head announces a body and none follows: before, the intake waited for the body
+    (until the arrival deadline cut it) to find the headers missing.
+    """
+    host, port = httpx.URL(intake).host, httpx.URL(intake).port
+    assert port is not None
+    stale = signed(b"{}", at=time.time() - 400)
+    for headers in ({"content-type": "application/json"}, stale):
+        with socket.create_connection((host, port), timeout=10) as conn:
+            conn.sendall(_head(1000, headers))
+            assert _answer_head(conn).startswith(b"HTTP/1.1 401")
+
+
+def test_bodies_received_at_once_are_bounded_and_the_room_comes_back(intake, api, redis_client):
+    """With the defaults (64 MiB): bodies nobody signed fill the budget, and then a 503.
+
+    67 connections each send a million bytes of a body announced at the 1 MiB limit, with
+    headers that pass the check made before the body (their signature never verifies), and
+    hold the rest back. The next chunk, on another connection, would go over the budget:
+    503 ``busy``. Once those clients go away their bytes are given back and a delivery is
+    taken again. Before the budget the intake held every such body whole, as much memory
+    as clients had bandwidth to fill.
+    """
+    from tasks.settings import WEBHOOK_MAX_PENDING_BYTES
+
+    host, port = httpx.URL(intake).host, httpx.URL(intake).port
+    assert port is not None
+    chunk = 1_000_000
+    held = WEBHOOK_MAX_PENDING_BYTES // chunk  # 67: 67,000,000 of 67,108,864 bytes
+    conns = []
+    try:
+        for _ in range(held):
+            conn = socket.create_connection((host, port), timeout=10)
+            conns.append(conn)
+            conn.sendall(_head(1 << 20, signed(b"{}")) + b"x" * chunk)
+        wait_for(lambda: _pending_bytes(intake) == held * chunk, 30, "the bodies received")
+        with socket.create_connection((host, port), timeout=10) as over:
+            over.sendall(_head(1 << 20, signed(b"{}")) + b"x" * 200_000)
+            head = _answer_head(over)
+        assert head.startswith(b"HTTP/1.1 503") and b"retry-after: 5" in head.lower()
+    finally:
+        for conn in conns:
+            conn.close()
+    wait_for(lambda: _pending_bytes(intake) == 0, 30, "the bytes given back")
+    sid = waiting_session(api, "after-busy")
+    body = event(sid)
+    assert post(intake, body, signed(body)).status_code == 202
+    metrics = httpx.get(f"{intake}/metrics", timeout=10).text
+    assert 'toolfan_webhook_deliveries_total{event="none",outcome="busy"} 1.0' in metrics
+    log = (Path(os.environ["TOOLFAN_TEST_TMP"]) / "intake.log").read_text()
+    assert "would go over TOOLFAN_WEBHOOK_MAX_PENDING_BYTES (67108864 bytes)" in log
 
 
 def test_runs_watch_needs_the_token_and_watches_the_run(intake, redis_client):

@@ -224,6 +224,16 @@ def test_a_setting_far_past_any_sane_value_is_refused_by_name(name, value, limit
     assert Settings.from_env({name: str(limit)})  # the limit itself is taken
 
 
+def test_the_intakes_budget_below_one_delivery_is_refused_by_name():
+    # Below TOOLFAN_WEBHOOK_MAX_BYTES, a delivery of the largest size taken would never fit.
+    small = {"TOOLFAN_WEBHOOK_MAX_BYTES": "2048", "TOOLFAN_WEBHOOK_MAX_PENDING_BYTES": "2047"}
+    with pytest.raises(SettingsError, match="TOOLFAN_WEBHOOK_MAX_PENDING_BYTES: must be at least"):
+        Settings.from_env(small)
+    even = {**small, "TOOLFAN_WEBHOOK_MAX_PENDING_BYTES": "2048"}
+    assert Settings.from_env(even).webhook_max_pending_bytes == 2048
+    assert Settings.from_env({}).webhook_max_pending_bytes == 64 << 20
+
+
 @pytest.mark.parametrize(
     ("value", "problem"),
     [(" ", "only whitespace"), ("\n\t ", "only whitespace"), ("to\x00ken", "control characters")],

@@ -307,15 +307,24 @@ def _browsing(request: Request) -> bool:
 async def _gone(request: Request, exc: Exception) -> Response:
     """A client that closed its connection (or had it closed) before its body arrived.
 
-    Nobody is left to answer, and it is no fault of the intake's: one line at INFO, where
-    the exception would otherwise reach uvicorn's log as an error with its traceback.
+    Nobody is left to answer, and it is no fault of the intake's: a line at INFO, where
+    the exception would otherwise reach uvicorn's log as an error with its traceback; at
+    most one a minute, since the client decides how many there are.
     """
-    log.info(
-        "%s %s: the client went away before its request arrived whole",
-        request.method,
-        shown(request.url.path),
-    )
+    count = _GONE.due()
+    if count is not None:
+        log.info(
+            "%s %s: the client went away before its request arrived whole (%d such "
+            "requests since the last such line)",
+            request.method,
+            shown(request.url.path),
+            count,
+        )
     return Response(status_code=400)
+
+
+#: Requests whose client went away mid-request, for :func:`_gone`'s lines.
+_GONE = Throttle()
 
 
 def build_app(config: IntakeConfig) -> Starlette:

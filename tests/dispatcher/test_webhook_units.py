@@ -226,3 +226,26 @@ def test_a_pushed_session_outside_the_polls_filters_is_left_alone():
     assert outside_filters(session("a1", team="billing", env="x"), team) is None
     assert "METADATA" in outside_filters(session("a1", team="ops"), team)
     assert "METADATA" in outside_filters(session("a1"), team)
+
+
+def test_clients_gone_mid_request_are_one_line_a_minute(monkeypatch, caplog):
+    import asyncio
+    import logging
+
+    from starlette.requests import ClientDisconnect, Request
+
+    from dispatcher.webhook import app
+
+    now = [0.0]
+    monkeypatch.setattr(app, "_GONE", Throttle(60.0, lambda: now[0]))
+    scope = {"type": "http", "method": "POST", "path": "/webhooks/openai", "headers": []}
+    request = Request(scope)
+    with caplog.at_level(logging.INFO, logger="toolfan.webhook"):
+        for _ in range(50):  # a client closing connections as fast as it opens them
+            assert asyncio.run(app._gone(request, ClientDisconnect())).status_code == 400
+        now[0] += 60.0
+        asyncio.run(app._gone(request, ClientDisconnect()))
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert "the client went away before its request arrived whole (1 such" in lines[0]
+    assert "(50 such requests since the last such line)" in lines[1]

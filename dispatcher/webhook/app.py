@@ -146,8 +146,9 @@ class Intake:
 
         Until then its bytes count against the budget of bodies being received.
         """
+        headers = dict(request.headers)  # a repeated header: its first value, as verified
         try:
-            check_headers(request.headers, self.config.secrets)
+            check_headers(headers, self.config.secrets)
         except Unverified as exc:
             return _unauthorized(webhook_id, exc)
         with self.budget.hold() as hold:
@@ -163,7 +164,7 @@ class Intake:
             except OverBudget:
                 return self._over_budget()
             try:
-                verify(body, dict(request.headers), self.config.secrets)
+                verify(body, headers, self.config.secrets)
             except Unverified as exc:
                 return _unauthorized(webhook_id, exc)
         return body

@@ -343,6 +343,19 @@ def _pending_bytes(intake: str) -> float:
     return float(line.split()[1])
 
 
+def test_a_repeated_header_is_read_once_as_the_verifier_reads_it(intake, api):
+    """The check before the body and the verifier read a repeated header's first value.
+
+    Here the first timestamp is the signed one and the second is stale: read from the last
+    value, the check made before the body would refuse what the verifier passes.
+    """
+    sid = waiting_session(api, "repeated")
+    body = event(sid)
+    headers = list(signed(body).items()) + [("webhook-timestamp", str(int(time.time()) - 400))]
+    answer = httpx.post(f"{intake}/webhooks/openai", content=body, headers=headers, timeout=10)
+    assert answer.status_code == 202, answer.text
+
+
 def test_a_request_that_cannot_verify_is_refused_before_its_body_is_sent(intake):
     """Missing signature headers or a stale timestamp: 401 at once, with no body received.
 

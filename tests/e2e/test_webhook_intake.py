@@ -351,7 +351,7 @@ def test_a_repeated_header_is_read_once_as_the_verifier_reads_it(intake, api):
     """
     sid = waiting_session(api, "repeated")
     body = event(sid)
-    headers = list(signed(body).items()) + [("webhook-timestamp", str(int(time.time()) - 400))]
+    headers = [*signed(body).items(), ("webhook-timestamp", str(int(time.time()) - 400))]
     answer = httpx.post(f"{intake}/webhooks/openai", content=body, headers=headers, timeout=10)
     assert answer.status_code == 202, answer.text
 

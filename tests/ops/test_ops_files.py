@@ -44,6 +44,7 @@ METRICS = {
     "toolfan_approvals_total",
     "toolfan_approvals_pending",
     "toolfan_approval_nearest_deadline_seconds",
+    "toolfan_webhook_deliveries_total",
 }
 K8S = path("ops/k8s")
 
@@ -179,7 +180,8 @@ def test_prometheus_scrapes_the_compose_services_on_their_metrics_port():
 def test_alerts_cover_the_failure_modes():
     names = {rule["alert"] for rule in alert_rules()}
     needed_alerts = ("SessionsStuck", "AbandonedCalls", "WorkerDown", "QueueBacklog", "StaleClaims")
-    for needed in (*needed_alerts, "ConfigurationErrors", "StuckCalls", "OrphansPilingUp"):
+    more = ("ConfigurationErrors", "StuckCalls", "OrphansPilingUp", "WebhookBusy")
+    for needed in (*needed_alerts, *more):
         assert f"Toolfan{needed}" in names
     for rule in alert_rules():
         assert rule["labels"]["severity"] in {"critical", "warning", "info"}, rule["alert"]

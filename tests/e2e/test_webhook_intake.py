@@ -374,28 +374,31 @@ def test_a_request_that_cannot_verify_is_refused_before_its_body_is_sent(intake)
 def test_bodies_received_at_once_are_bounded_and_the_room_comes_back(intake, api, redis_client):
     """With the defaults (64 MiB): bodies nobody signed fill the budget, and then a 503.
 
-    67 connections each send a million bytes of a body announced at the 1 MiB limit, with
-    headers that pass the check made before the body (their signature never verifies), and
-    hold the rest back. The next chunk, on another connection, would go over the budget:
-    503 ``busy``. Once those clients go away their bytes are given back and a delivery is
-    taken again. Before the budget the intake held every such body whole, as much memory
-    as clients had bandwidth to fill.
+    68 connections send bodies announced at the 1 MiB limit, a million bytes each but the
+    last, with headers that pass the check made before the body (their signature never
+    verifies), and hold the rest back, until 1,000 bytes of the budget are left. 2,000
+    bytes of a body on another connection would go over it: 503 ``busy``. (That body is
+    small, so the intake has read all of it when it answers: a close with bytes unread
+    would reset the connection, and could drop the answer before this test reads it.)
+    Once those clients go away their bytes are given back and a delivery is taken again.
+    Before the budget the intake held every such body whole, as much memory as clients
+    had bandwidth to fill.
     """
     from tasks.settings import WEBHOOK_MAX_PENDING_BYTES
 
     host, port = httpx.URL(intake).host, httpx.URL(intake).port
     assert port is not None
-    chunk = 1_000_000
-    held = WEBHOOK_MAX_PENDING_BYTES // chunk  # 67: 67,000,000 of 67,108,864 bytes
+    fill, chunk = WEBHOOK_MAX_PENDING_BYTES - 1_000, 1_000_000
+    sizes = [chunk] * (fill // chunk) + [fill % chunk]  # 67 of a million, one of 107,864
     conns = []
     try:
-        for _ in range(held):
+        for size in sizes:
             conn = socket.create_connection((host, port), timeout=10)
             conns.append(conn)
-            conn.sendall(_head(1 << 20, signed(b"{}")) + b"x" * chunk)
-        wait_for(lambda: _pending_bytes(intake) == held * chunk, 30, "the bodies received")
+            conn.sendall(_head(1 << 20, signed(b"{}")) + b"x" * size)
+        wait_for(lambda: _pending_bytes(intake) == fill, 30, "the bodies received")
         with socket.create_connection((host, port), timeout=10) as over:
-            over.sendall(_head(1 << 20, signed(b"{}")) + b"x" * 200_000)
+            over.sendall(_head(1 << 20, signed(b"{}")) + b"x" * 2_000)
             head = _answer_head(over)
         assert head.startswith(b"HTTP/1.1 503") and b"retry-after: 5" in head.lower()
     finally:

@@ -121,6 +121,7 @@ class Intake:
         self.approvals = ApprovalStore(config.client, get_settings().ledger_ttl)
         self.budget = Budget(config.max_pending_bytes)
         self._busy = Throttle()
+        self._unverified = Throttle()
 
     async def openai(self, request: Request) -> Response:
         """One delivery from the platform (see the module docstring for the order)."""
@@ -150,24 +151,41 @@ class Intake:
         try:
             check_headers(headers, self.config.secrets)
         except Unverified as exc:
-            return _unauthorized(webhook_id, exc)
+            return self._unauthorized(webhook_id, exc)
         with self.budget.hold() as hold:
             try:
                 body = await read_body(request, self.config.max_bytes, hold)
             except TooLarge:
-                log.warning(
-                    "webhook-id=%s refused: over %d bytes",
-                    shown(webhook_id),
-                    self.config.max_bytes,
-                )
+                self._refused(webhook_id, f"over {self.config.max_bytes} bytes")
                 return answer(413, "too_large")
             except OverBudget:
                 return self._over_budget()
             try:
                 verify(body, headers, self.config.secrets)
             except Unverified as exc:
-                return _unauthorized(webhook_id, exc)
+                return self._unauthorized(webhook_id, exc)
         return body
+
+    def _unauthorized(self, webhook_id: str, exc: Unverified) -> Response:
+        self._refused(webhook_id, exc)
+        return answer(401, "unauthorized", error="the signature does not verify")
+
+    def _refused(self, webhook_id: str, reason: object) -> None:
+        """Log a delivery refused before it verified: a line a minute at most.
+
+        Anyone can send such requests, as many as they like; each is counted in
+        ``toolfan_webhook_deliveries_total``, and the line shows the latest, with its reason
+        (a wrong secret refuses every delivery for the same one).
+        """
+        count = self._unverified.due()
+        if count is not None:
+            log.warning(
+                "webhook-id=%s refused: %s (refused unverified since the last such line: %d; "
+                "toolfan_webhook_deliveries_total counts each)",
+                shown(webhook_id),
+                reason,
+                count,
+            )
 
     def _over_budget(self) -> Response:
         """503 for a delivery the budget has no room for; a line a minute at most."""
@@ -275,11 +293,6 @@ class Intake:
         except redis.RedisError:
             return JSONResponse({"error": "toolfan cannot take watches right now"}, 503)
         return JSONResponse({"watching": True, "new": added == 1})
-
-
-def _unauthorized(webhook_id: str, exc: Unverified) -> Response:
-    log.warning("webhook-id=%s refused: %s", shown(webhook_id), exc)
-    return answer(401, "unauthorized", error="the signature does not verify")
 
 
 def _bearer_matches(headers: Mapping[str, str], token: str) -> bool:

@@ -249,3 +249,31 @@ def test_clients_gone_mid_request_are_one_line_a_minute(monkeypatch, caplog):
     assert len(lines) == 2, lines
     assert "the client went away before its request arrived whole (1 such" in lines[0]
     assert "(50 such requests since the last such line)" in lines[1]
+
+
+def test_deliveries_refused_unverified_are_one_line_a_minute(redis_client, monkeypatch, caplog):
+    """Anyone can send forged deliveries: each is counted, the log gets a line a minute."""
+    import logging
+
+    from starlette.testclient import TestClient
+
+    from dispatcher.webhook import app
+
+    now = [0.0]
+    monkeypatch.setattr(app, "Throttle", lambda: Throttle(60.0, lambda: now[0]))
+    config = app.IntakeConfig(redis_client, 1 << 20, (NEW,), None)
+    client = TestClient(app.build_app(config), base_url="http://intake.test")
+    url = "/webhooks/openai"
+    forged = {**headers(OLD), "Webhook-Id": "msg_forged"}
+    with caplog.at_level(logging.WARNING, logger="toolfan.webhook"):
+        for _ in range(30):
+            assert client.post(url, content=BODY, headers={"webhook-id": "x"}).status_code == 401
+            assert client.post(url, content=BODY, headers=forged).status_code == 401
+        now[0] += 60.0
+        assert client.post(url, content=BODY, headers=forged).status_code == 401
+    lines = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("webhook-id=x refused: missing header webhook-timestamp")
+    assert "(refused unverified since the last such line: 1;" in lines[0]
+    assert lines[1].startswith("webhook-id=msg_forged refused: ")
+    assert "does not match" in lines[1] and "since the last such line: 60;" in lines[1]

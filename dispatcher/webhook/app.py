@@ -46,7 +46,7 @@ from dispatcher.webhook.operators import Operators
 from dispatcher.webhook.page import Page, is_form, wants_html
 from dispatcher.webhook.push import push
 from dispatcher.webhook.throttle import Throttle
-from dispatcher.webhook.verify import Unverified, check_headers, secrets, verify
+from dispatcher.webhook.verify import Unverified, check_headers, secrets, verify_checked
 from handlers.text import shown
 from tasks import keys
 from tasks.app import app as celery_app
@@ -147,9 +147,9 @@ class Intake:
 
         Until then its bytes count against the budget of bodies being received.
         """
-        headers = dict(request.headers)  # a repeated header: its first value, as verified
+        headers = dict(request.headers)  # a repeated header: its first value
         try:
-            check_headers(headers, self.config.secrets)
+            signed_with = check_headers(headers, self.config.secrets)
         except Unverified as exc:
             return self._unauthorized(webhook_id, exc)
         with self.budget.hold() as hold:
@@ -161,7 +161,7 @@ class Intake:
             except OverBudget:
                 return self._over_budget()
             try:
-                verify(body, headers, self.config.secrets)
+                verify_checked(body, signed_with, self.config.secrets)
             except Unverified as exc:
                 return self._unauthorized(webhook_id, exc)
         return body

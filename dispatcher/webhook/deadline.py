@@ -108,33 +108,27 @@ class IntakeProtocol(H11Protocol):
         if self.transport is None or self.transport.is_closing():
             return
         CLOSED.labels(reason).inc()
-        _REPORT.closed(reason, self.client)
+        _report(reason, self.client)
         self.transport.close()
 
 
-class _Report:
-    """Closed connections, logged at most once every :data:`LOG_EVERY` seconds."""
-
-    def __init__(self, throttle: Throttle | None = None) -> None:
-        self._throttle = throttle or Throttle(LOG_EVERY)
-
-    def closed(self, reason: str, client: tuple[str, int] | None) -> None:
-        """Count one closed connection; log it, with the count, unless a line is recent."""
-        count = self._throttle.due()
-        if count is None:
-            return
-        what = "sent nothing" if reason == SILENT else "did not send a whole request"
-        seconds = RECEIPT_SECONDS if reason == SLOW else None
-        within = f" within {seconds:g} s" if seconds is not None else " since it opened"
-        peer = f"{client[0]}:{client[1]}" if client else "a client"
-        log.warning(
-            "closed a connection from %s that %s%s; %d closed unanswered since the last "
-            "such line (toolfan_webhook_connections_closed_total counts them all)",
-            peer,
-            what,
-            within,
-            count,
-        )
+def _report(reason: str, client: tuple[str, int] | None) -> None:
+    """Log one closed connection, with the count, unless a line is recent."""
+    count = _CLOSES.due()
+    if count is None:
+        return
+    what = "sent nothing" if reason == SILENT else "did not send a whole request"
+    within = f" within {RECEIPT_SECONDS:g} s" if reason == SLOW else " since it opened"
+    peer = f"{client[0]}:{client[1]}" if client else "a client"
+    log.warning(
+        "closed a connection from %s that %s%s; %d closed unanswered since the last "
+        "such line (toolfan_webhook_connections_closed_total counts them all)",
+        peer,
+        what,
+        within,
+        count,
+    )
 
 
-_REPORT = _Report()
+#: Connections closed unanswered, for :func:`_report`'s lines.
+_CLOSES = Throttle(LOG_EVERY)

@@ -208,18 +208,18 @@ def test_part_of_a_request_sent_behind_a_pending_answer_is_timed_from_that_answe
 
 
 def test_closed_connections_are_logged_at_most_once_a_minute(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = [1000.0]
-    report = deadline._Report(Throttle(deadline.LOG_EVERY, lambda: now[0]))
+    monkeypatch.setattr(deadline, "_CLOSES", Throttle(deadline.LOG_EVERY, lambda: now[0]))
     with caplog.at_level(logging.WARNING, logger="toolfan.webhook"):
         for _ in range(5):
-            report.closed(deadline.SLOW, ("203.0.113.9", 4000))
+            deadline._report(deadline.SLOW, ("203.0.113.9", 4000))
     (line,) = caplog.records
     assert "203.0.113.9:4000" in line.getMessage()
     assert f"within {deadline.RECEIPT_SECONDS:g} s" in line.getMessage()
     now[0] += deadline.LOG_EVERY  # a minute later
     with caplog.at_level(logging.WARNING, logger="toolfan.webhook"):
-        report.closed(deadline.SILENT, None)
+        deadline._report(deadline.SILENT, None)
     assert "sent nothing" in caplog.records[-1].getMessage()
     assert "; 5 closed unanswered since the last such line" in caplog.records[-1].getMessage()

@@ -28,7 +28,7 @@ never pays.
 Each figure is CPU time per call (``time.process_time``, so the runner thread's share
 counts), the median of ``--rounds`` rounds of ``--calls`` calls after a warm-up, on
 its own Redis database (flushed at start and end). CPU per call, not wall time: on a
-saturated machine throughput follows CPU (README, "The targets not met").
+saturated machine throughput follows CPU (bench/README.md, "The targets not met, and why").
 """
 
 from __future__ import annotations

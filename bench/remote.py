@@ -48,7 +48,7 @@ class RemoteConfig:
 
     latencies: tuple[float, ...] = (0.0, 0.05, 0.2)
     pairs: int = 2
-    threads: int = 16
+    threads: int = 64  # TOOLFAN_CONTROL_THREADS's default
     concurrency: int | None = None
     bench: BenchConfig = field(default_factory=lambda: BenchConfig(out=Path("bench-remote")))
 
@@ -187,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--threads",
         type=int,
         default=defaults.threads,
-        help="the control worker's threads (TOOLFAN_CONTROL_THREADS; 16)",
+        help="the control worker's threads (TOOLFAN_CONTROL_THREADS; its default, 64)",
     )
     p.add_argument(
         "--concurrency",

@@ -50,9 +50,27 @@ DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 #: a request sent on a connection idle that long could meet the server closing it and fail
 #: with a reset, costing a retry and its back-off.
 KEEPALIVE_EXPIRY = 4.0
-DEFAULT_LIMITS = httpx.Limits(
-    max_connections=20, max_keepalive_connections=10, keepalive_expiry=KEEPALIVE_EXPIRY
-)
+#: Connections an API client keeps while idle: one for each of the control worker's threads
+#: (``TOOLFAN_CONTROL_THREADS``, 64), which deliver batches side by side. A connection
+#: over this count is closed as soon as its answer is read, so the thread's next request
+#: would open a new one, with its TCP and TLS handshakes.
+KEEPALIVE_CONNECTIONS = 64
+
+
+def connection_limits(threads: int = 0) -> httpx.Limits:
+    """The pool of a client that ``threads`` threads share: a kept connection each, at least.
+
+    No cap on the connections open at once: a thread that found none free would wait for
+    one (httpx caps them at 100 by default; toolfan's clients had 20), and the threads
+    that share the client already bound how many requests it sends together.
+    """
+    keep = max(KEEPALIVE_CONNECTIONS, threads)
+    return httpx.Limits(
+        max_connections=None, max_keepalive_connections=keep, keepalive_expiry=KEEPALIVE_EXPIRY
+    )
+
+
+DEFAULT_LIMITS = connection_limits()
 _FINAL_BY_STATUS: Mapping[int, type[APIError]] = {
     400: BadRequestError,
     401: AuthenticationError,

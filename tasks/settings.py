@@ -126,7 +126,7 @@ class Settings(BaseModel):
         8,
         ge=1,
         le=20,
-        description="watched runs a runs poller reads at once (its client keeps 20 connections)",
+        description="watched runs a runs poller reads at once",
     )
     model: str = Field(
         "gpt-4.1-mini", min_length=1, description="the model a tool loop calls by default"
@@ -165,7 +165,7 @@ class Settings(BaseModel):
         "0: twice the CPUs it may use",
     )
     control_threads: int = Field(
-        16,
+        64,
         ge=0,
         le=1000,
         description="threads of the control worker a toolfan worker without -Q starts "

@@ -34,6 +34,7 @@ from dispatcher.errors import (
     RetryableAPIError,
 )
 from dispatcher.sources.agents_batch import batch_key, build_body
+from dispatcher.transport import connection_limits
 from tasks.delivery import Delivered, Misconfigured, Refused, RetryLater
 from tasks.settings import get_settings
 
@@ -51,7 +52,9 @@ def get_client() -> AgentsClient:
     settings = get_settings()
     timeout = settings.api_timeout
     return AgentsClient(
-        timeout=httpx.Timeout(timeout, connect=min(5.0, timeout)), max_depth=settings.max_depth
+        timeout=httpx.Timeout(timeout, connect=min(5.0, timeout)),
+        limits=connection_limits(settings.control_threads),
+        max_depth=settings.max_depth,
     )
 
 

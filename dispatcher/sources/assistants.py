@@ -38,6 +38,7 @@ from dispatcher.errors import (
 from dispatcher.sources.assistants_client import AssistantsClient, Output
 from dispatcher.sources.assistants_models import Run
 from dispatcher.sources.outputs import output_text
+from dispatcher.transport import connection_limits
 from tasks.delivery import Delivered, Misconfigured, Refused, RetryLater
 from tasks.settings import get_settings
 
@@ -73,7 +74,9 @@ def get_client() -> AssistantsClient:
     settings = get_settings()
     timeout = settings.api_timeout
     return AssistantsClient(
-        timeout=httpx.Timeout(timeout, connect=min(5.0, timeout)), max_depth=settings.max_depth
+        timeout=httpx.Timeout(timeout, connect=min(5.0, timeout)),
+        limits=connection_limits(settings.control_threads),
+        max_depth=settings.max_depth,
     )
 
 

@@ -26,7 +26,7 @@ from dispatcher.sources.assistants_models import (
     parse_run,
     poll_after,
 )
-from dispatcher.transport import DEFAULT_TIMEOUT, Transport
+from dispatcher.transport import DEFAULT_LIMITS, DEFAULT_TIMEOUT, Transport
 
 #: Levels of a run around a call's arguments (run, action, outputs, calls, call, function).
 RUN_DEPTH = 8
@@ -56,6 +56,7 @@ class AssistantsClient:
         config: AssistantsConfig | None = None,
         *,
         timeout: httpx.Timeout = DEFAULT_TIMEOUT,
+        limits: httpx.Limits = DEFAULT_LIMITS,
         retry: RetryPolicy | None = None,
         transport: httpx.BaseTransport | None = None,
         max_depth: int = 64,
@@ -75,6 +76,7 @@ class AssistantsClient:
             key_setting=self.config.key_setting,
             url_setting=self.config.url_setting,
             timeout=timeout,
+            limits=limits,
             retry=retry,
             transport=transport,
             max_depth=max_depth,

@@ -82,7 +82,7 @@ def test_the_control_worker_is_named_after_the_pool(name: str | None, expected: 
 
 
 def test_control_threads_is_a_bounded_setting():
-    assert Settings.from_env({}).control_threads == 16
+    assert Settings.from_env({}).control_threads == 64
     assert Settings.from_env({"TOOLFAN_CONTROL_THREADS": "0"}).control_threads == 0
     for bad in ("-1", "1001", "many"):
         with pytest.raises(SettingsError, match="TOOLFAN_CONTROL_THREADS"):

@@ -55,18 +55,24 @@ KEEPALIVE_EXPIRY = 4.0
 #: over this count is closed as soon as its answer is read, so the thread's next request
 #: would open a new one, with its TCP and TLS handshakes.
 KEEPALIVE_CONNECTIONS = 64
+#: Connections an API client opens at most, above the kept ones: room for the runs poller's
+#: readers beside the threads. A cap all the same: a gevent worker of a thousand greenlets
+#: would otherwise open a socket to the API for each, and run out of file descriptors.
+MAX_CONNECTIONS = 100
 
 
 def connection_limits(threads: int = 0) -> httpx.Limits:
     """The pool of a client that ``threads`` threads share: a kept connection each, at least.
 
-    No cap on the connections open at once: a thread that found none free would wait for
-    one (httpx caps them at 100 by default; toolfan's clients had 20), and the threads
-    that share the client already bound how many requests it sends together.
+    Never less than the defaults, which serve the control worker's default threads; a
+    thread finds a connection free up to the cap (httpx's own default cap is 100; toolfan's
+    clients had 20, of which 10 kept).
     """
     keep = max(KEEPALIVE_CONNECTIONS, threads)
     return httpx.Limits(
-        max_connections=None, max_keepalive_connections=keep, keepalive_expiry=KEEPALIVE_EXPIRY
+        max_connections=max(MAX_CONNECTIONS, keep),
+        max_keepalive_connections=keep,
+        keepalive_expiry=KEEPALIVE_EXPIRY,
     )
 
 

@@ -28,7 +28,7 @@ from celery import Celery
 from kombu import Connection
 
 from tasks.queues import ControlQueue
-from tasks.settings import load_registry
+from tasks.settings import Settings, load_registry
 from tests.calls import agents_call
 from tests.conftest import worker_env
 from tests.owned import OwnedDatabases
@@ -110,7 +110,7 @@ def test_the_pool_takes_the_function_queues_and_the_control_worker_the_control_q
     stats = inspect.stats() or {}
     assert stats[bare.pool]["pool"]["max-concurrency"] == 1
     assert "prefork" in stats[bare.pool]["pool"]["implementation"]
-    assert stats[bare.control]["pool"]["max-concurrency"] == 16
+    assert stats[bare.control]["pool"]["max-concurrency"] == Settings.from_env({}).control_threads
     assert "thread" in stats[bare.control]["pool"]["implementation"]
 
 

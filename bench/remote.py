@@ -48,7 +48,7 @@ class RemoteConfig:
 
     latencies: tuple[float, ...] = (0.0, 0.05, 0.2)
     pairs: int = 2
-    threads: int = 64  # TOOLFAN_CONTROL_THREADS's default
+    threads: int = 64  # TOOLFAN_CONTROL_THREADS's default, spelled: a test holds the two equal
     concurrency: int | None = None
     bench: BenchConfig = field(default_factory=lambda: BenchConfig(out=Path("bench-remote")))
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from bench.remote import parse_config
+from tasks.settings import Settings
 from tests.bench.runs import run_bench
 
 LATE = 0.2
@@ -72,3 +73,9 @@ def test_bad_options_are_refused() -> None:
         assert exc.value.code == 2, argv
     config = parse_config(["--latencies", "0,0.05", "--threads", "8"])
     assert (config.latencies, config.threads, config.concurrency) == ((0.0, 0.05), 8, None)
+
+
+def test_the_default_run_measures_toolfan_workers_default_threads() -> None:
+    # bench.remote cannot import the settings (the bench's process must not load the engine
+    # before it points it at its own stack), so it spells the default: the two must agree.
+    assert parse_config([]).threads == Settings.from_env({}).control_threads

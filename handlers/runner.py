@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from handlers.alarm import ALARM
 from handlers.context import CallContext, within
 from handlers.errors import ToolError
 from handlers.limits import DEFAULT_LIMITS, Limits
@@ -30,6 +31,11 @@ log = logging.getLogger("toolfan.handlers")
 def failed(outcome: Outcome, message: str, limits: Limits = DEFAULT_LIMITS) -> CallResult:
     """A failed result whose message is cut to the error limit (it may quote anything)."""
     return CallResult.fail(outcome, clip(message, limits.error_chars))
+
+
+def timed_out(name: str, timeout: float, limits: Limits = DEFAULT_LIMITS) -> CallResult:
+    """The result of a call to ``name`` that did not return within ``timeout`` seconds."""
+    return failed(Outcome.TIMEOUT, f"Function {name!r} timed out after {timeout:g} s", limits)
 
 
 def unknown_function(registry: Registry, name: str, limits: Limits = DEFAULT_LIMITS) -> CallResult:
@@ -154,9 +160,7 @@ def _guard(
             tool.timeout,
             extra=_extra(context, Outcome.TIMEOUT),
         )
-        return failed(
-            Outcome.TIMEOUT, f"Function {tool.name!r} timed out after {tool.timeout:g} s", limits
-        )
+        return timed_out(tool.name, tool.timeout, limits)
     except OutputError as exc:
         log.error(
             "%s unusable output: %s",
@@ -203,18 +207,22 @@ def _with_timeout(
     is_async: bool,
     call_context: CallContext | None = None,
 ) -> Any:
-    """Run ``call`` in a runner thread and return its value, or raise :class:`CallTimeout`.
+    """Run ``call`` under ``timeout`` and return its value, or raise :class:`CallTimeout`.
 
-    Coroutines run on their own event loop in that thread and are cancelled at the
-    deadline. A function (or a coroutine blocking its loop) that overruns is abandoned:
-    the runner pool tries to stop it and reports it when it will not stop (see
-    :mod:`handlers.threads`), and the task's hard time limit remains the backstop. The
-    call context is current in that thread while it runs (and so in the event loop's
+    In a process that enabled :data:`~handlers.alarm.ALARM` (a prefork pool process), a
+    function runs on this very thread under a timer (see :mod:`handlers.alarm`); elsewhere,
+    and for coroutines, in a runner thread. Coroutines run on their own event loop in that
+    thread and are cancelled at the deadline. A function (or a coroutine blocking its loop)
+    that overruns is abandoned: the runner pool tries to stop it and reports it when it
+    will not stop (see :mod:`handlers.threads`), and the task's hard time limit remains
+    the backstop. The call context is current while it runs (and so in the event loop's
     tasks, which copy it).
     """
     if is_async:
         loop = lambda: asyncio.run(_await_with_timeout(call, timeout))  # noqa: E731
         return RUNNERS.run(lambda: within(call_context, loop), timeout + CANCEL_GRACE)
+    if ALARM.usable():
+        return within(call_context, lambda: ALARM.run(call, timeout, call_context))
     return RUNNERS.run(lambda: within(call_context, call), timeout)
 
 

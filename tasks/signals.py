@@ -1,11 +1,14 @@
 """Worker process hooks: JSON logs, the metrics endpoint, and recycling of pool processes.
 
-A prefork pool process whose tool overran its timeout and would not stop (see
-:mod:`handlers.threads`) keeps a thread burning a core for as long as it lives. So such a
-process is recycled once it has answered: it leaves before taking its next task, and the
-pool starts a fresh one (the same way ``worker_max_memory_per_child`` recycles a process
-grown past ``TOOLFAN_MAX_MEMORY_PER_CHILD``). On thread pools nothing can be recycled; the
-stuck calls are counted in ``toolfan_stuck_calls`` and logged.
+A prefork pool process runs its calls on its own thread under a timer
+(:mod:`handlers.alarm`); one that would not stop is answered by the watchdog, which then
+ends the process (:mod:`tasks.overrun`). A call run on a runner thread there (a coroutine's
+event loop) that overran and would not stop (see :mod:`handlers.threads`) keeps a thread
+burning a core for as long as the process lives. So such a process is recycled once it has
+answered: it leaves before taking its next task, and the pool starts a fresh one (the same
+way ``worker_max_memory_per_child`` recycles a process grown past
+``TOOLFAN_MAX_MEMORY_PER_CHILD``). On thread pools nothing can be recycled; the stuck calls
+are counted in ``toolfan_stuck_calls`` and logged.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ from celery.signals import (
     worker_shutdown,
 )
 
+from handlers.alarm import ALARM
 from handlers.threads import RUNNERS
 from tasks import liveness, metrics
 from tasks.logs import quiet_celery_per_task_lines, structured
+from tasks.overrun import answer_and_leave
 from tasks.settings import get_settings
 
 log = logging.getLogger("toolfan.worker")
@@ -93,8 +98,9 @@ def _stop_heart(**kwargs: Any) -> None:
 
 @worker_process_init.connect
 def _recycle_when_stuck(**kwargs: Any) -> None:
-    """In a prefork pool process: leave before the next task once a call got stuck."""
+    """In a prefork pool process: calls on its own thread, and recycling once one got stuck."""
     liveness.MAIN_PID = os.getppid()
+    ALARM.enable(answer_and_leave)
     RECYCLE.clear()
     RUNNERS.on_stuck = _stuck
     worker = _pool_worker()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -179,6 +180,12 @@ def stubborn(key: str) -> str:
                     last = time.monotonic()
         except BaseException:
             continue
+
+
+@tool(timeout=5)
+def thread_name() -> str:
+    """The name of the thread the call runs on."""
+    return threading.current_thread().name
 
 
 @tool(timeout=5)

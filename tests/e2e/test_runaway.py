@@ -38,10 +38,20 @@ def test_an_overrun_tool_is_answered_and_then_stopped(api, redis_client, worker,
         wait_for(lambda: api.batches(sid), 30, "the answer", 0.1)
     assert api.batches(sid)[0].events[0]["error"] == f"Function '{tool}' timed out after 1 s"
     assert progress(redis_client, key) > 0
-    # spin is interrupted in its thread; stubborn swallows that, so its process is recycled.
+    # spin is interrupted on the pool process's own thread; stubborn swallows that, so the
+    # watchdog saves its answer and ends the process; the message, delivered again, finds it.
     wait_for(lambda: still(redis_client, key), 10, "the runaway to stop")
     if tool == "stubborn":
         wait_for(lambda: "recycling this pool process" in worker.log(), 10, "the recycle")
+        assert "would not stop; its answer is saved for the redelivered message" in worker.log()
+
+
+def test_a_prefork_pool_process_runs_the_call_on_its_own_thread(api):
+    # No runner thread between the task and the call: the timer on that thread times it.
+    sid = api.create_session([function_call("thread_name", {}, turn_id="t", call_id="c")])["id"]
+    with poll_loop():
+        wait_for(lambda: api.batches(sid), 30, "the answer", 0.1)
+    assert api.batches(sid)[0].events[0]["output"] == "MainThread"
 
 
 def test_a_pool_process_grown_past_its_memory_ceiling_is_replaced(api, tmp_path):

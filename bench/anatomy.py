@@ -9,9 +9,10 @@ the engine runs it:
 * the ledger's ``begin`` and ``finish`` (one Lua script and round trip each), beside a
   Redis ``PING`` through the client, on a connection held out of its pool, and on a bare
   socket (what the client's own work per command is);
-* the argument validation, the call's context, the runner thread that holds the timeout,
-  the metrics and the log line per call (JSON, toolfan's default format, to ``/dev/null``:
-  the write to a real log costs more);
+* the argument validation, the call's context, the tool's timeout (a timer on the task's
+  own thread, as a prefork pool process times a call; the runner thread a threads pool
+  hands it to is weighed beside it), the metrics and the log line per call (JSON,
+  toolfan's default format, to ``/dev/null``: the write to a real log costs more);
 * what is left: the envelope, the ids, the result and the glue between the parts.
 
 A part measured alone runs hot, and costs more inside the whole: so each part is weighed
@@ -60,7 +61,7 @@ PARTS: tuple[tuple[str, str], ...] = (
     ("begin", "the ledger's begin: the attempt's record (one script)"),
     ("validate", "the tool's argument validation (pydantic)"),
     ("context", "the call's CallContext"),
-    ("runner", "the runner thread's handoff (the tool's timeout)"),
+    ("timeout", "the tool's timeout (a timer on the task's thread, as on prefork)"),
     ("finish", "the ledger's finish: the saved result (one script)"),
     ("metrics", "the call's counter and duration histogram"),
     ("log_line", "the call's INFO line (JSON)"),
@@ -70,6 +71,9 @@ PARTS: tuple[tuple[str, str], ...] = (
 MAX_THREADS = 1024
 #: The whole bodies, and a Redis round trip three ways: through the client (as every script
 #: goes), on a connection held out of its pool, and on a bare socket.
+#: A runner thread's hand-off alone (a threads pool's way to time a call), and the body
+#: with it in place of the timer against with the timer (what the timer saves on prefork).
+RUNNER, RUNNER_INSTEAD = "runner", "runner_instead"
 WHOLE = ("execute", "floor_call", "redis_ping", "redis_ping_held", "redis_ping_socket")
 
 
@@ -175,6 +179,7 @@ def measure(config: AnatomyConfig) -> tuple[Figures, Figures, dict[str, Any] | N
     (:mod:`bench.anatomy_threads`), or None.
     """
     from bench import tools
+    from handlers.alarm import ALARM
     from handlers.result import CallResult
     from handlers.threads import RUNNERS
     from tasks import execute as ex
@@ -186,6 +191,7 @@ def measure(config: AnatomyConfig) -> tuple[Figures, Figures, dict[str, Any] | N
     from tasks.settings import load_registry
 
     json_logging()
+    ALARM.enable(_never_stuck)  # as a prefork pool process does: calls on this thread
     ledger, registry = get_ledger("agents"), load_registry()
     tool = registry.get(NOOP_TOOL)
     assert tool is not None, f"{NOOP_TOOL} is not registered"
@@ -212,7 +218,8 @@ def measure(config: AnatomyConfig) -> tuple[Figures, Figures, dict[str, Any] | N
         "begin": lambda: ledger.begin(ref(), NOOP_TOOL, "anatomy"),
         "validate": lambda: tool.parse("{}"),
         "context": lambda: context_of(envelope, 1),
-        "runner": lambda: RUNNERS.run(tools.bench_noop, tool.timeout),
+        "timeout": lambda: ALARM.run(tools.bench_noop, tool.timeout, None),
+        RUNNER: lambda: RUNNERS.run(tools.bench_noop, tool.timeout),
         "finish": lambda: ledger.finish(ref(), result),
         "metrics": measured,
         "log_line": lambda: line.info("%s call %s", batch, "success", extra=fields),
@@ -222,9 +229,27 @@ def measure(config: AnatomyConfig) -> tuple[Figures, Figures, dict[str, Any] | N
         figures = {name: per_call(fn, config) for name, fn in bodies.items()}
     off = switches(ledger, tool, envelope)
     within = {name: inside(call, off[name], config) for name, _ in PARTS}
+    within[RUNNER_INSTEAD] = inside(call, runner_instead(), config)
     if config.threads is None:
         return figures, within, None
     return figures, within, in_threads(ledger, registry, batch, config)
+
+
+def runner_instead() -> Switch:
+    """On: calls go to a runner thread, as before the timer; off: the timer, as on prefork.
+
+    Weighed inside the whole, it is what the timer saves a prefork pool process per call.
+    """
+    from handlers import runner
+    from handlers.alarm import ALARM, Alarm
+
+    timer, never_enabled = ALARM, Alarm()
+    return lambda on: setattr(runner, "ALARM", never_enabled if on else timer)
+
+
+def _never_stuck(context: Any, timeout: float) -> None:
+    """The watchdog's call for a call that would not stop: a no-op call never is."""
+    raise RuntimeError(f"a no-op call overran its timeout of {timeout:g} s")
 
 
 def in_threads(ledger: Any, registry: Any, batch: str, config: AnatomyConfig) -> dict[str, Any]:
@@ -300,7 +325,7 @@ def switches(ledger: Any, tool: Any, envelope: Any) -> dict[str, Switch]:
         "begin": swap(ledger, "begin", lambda ref, name, worker="": Begin(None, 1)),
         "validate": swap(ex, "parse_arguments", lambda *args: parsed),
         "context": swap(ex, "context_of", lambda envelope, attempt: ctx),
-        "runner": swap(runner, "_with_timeout", lambda call, t, a, c=None: within(c, call)),
+        "timeout": swap(runner, "_with_timeout", lambda call, t, a, c=None: within(c, call)),
         "finish": swap(ledger, "finish", lambda ref, result: result),
         "metrics": swap(ex, "metrics", _NoMetrics()),
         "log_line": lambda on: line.setLevel(level if on else logging.WARNING),
@@ -387,6 +412,13 @@ def lines(doc: dict[str, Any]) -> list[str]:
     for name, what in PARTS:
         us, within = figures[name]["us"], inside_[name]["us"]
         out.append(f"  {name:16s}  {us:7.1f} us  {within:7.1f} us  {within / body:5.1%}  {what}")
+    if RUNNER_INSTEAD in inside_:
+        alone, within = figures[RUNNER]["us"], inside_[RUNNER_INSTEAD]["us"]
+        out.append(
+            f"  {'(runner thread)':16s}  {alone:7.1f} us  {within:7.1f} us  {within / body:5.1%}"
+            "  a runner thread's hand-off in place of the timer (a threads pool's way; inside:"
+            " the body with it against with the timer)"
+        )
     rest, rest_inside = doc["rest_us"], doc["inside_rest_us"]
     out.append(
         f"  {'the rest':16s}  {rest:7.1f} us  {rest_inside:7.1f} us  {rest_inside / body:5.1%}"

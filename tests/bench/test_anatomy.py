@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 
-from bench.anatomy import PARTS, WHOLE
+from bench.anatomy import PARTS, RUNNER, RUNNER_INSTEAD, WHOLE
 from bench.stack import OWNER_KEY
 from tests.bench.runs import run_bench
 from tests.services import ROOT
@@ -43,7 +43,7 @@ def test_every_part_and_body_is_weighed_and_the_rest_is_what_they_leave(
 ) -> None:
     doc = anatomy["json"]
     figures = doc["figures"]
-    assert set(figures) == {name for name, _ in PARTS} | set(WHOLE)
+    assert set(figures) == {name for name, _ in PARTS} | set(WHOLE) | {RUNNER}
     for name, figure in figures.items():
         assert len(figure["rounds"]) == 2, name
         assert all(math.isfinite(v) and v > 0 for v in figure["rounds"]), name
@@ -61,13 +61,15 @@ def test_every_part_and_body_is_weighed_and_the_rest_is_what_they_leave(
 def test_every_part_is_weighed_inside_the_whole_too(anatomy: dict[str, Any]) -> None:
     doc = anatomy["json"]
     inside = doc["inside"]
-    assert set(inside) == {name for name, _ in PARTS}
+    assert set(inside) == {name for name, _ in PARTS} | {RUNNER_INSTEAD}
     for name, figure in inside.items():
         assert len(figure["with"]) == len(figure["without"]) == 2, name
         assert all(v > 0 for v in figure["with"] + figure["without"]), name
         differences = [a - b for a, b in zip(figure["with"], figure["without"], strict=True)]
         assert figure["us"] == pytest.approx(statistics.median(differences)), name
-    assert doc["inside_parts_us"] == pytest.approx(sum(f["us"] for f in inside.values()))
+    parts = sum(inside[name]["us"] for name, _ in PARTS)
+    assert doc["inside_parts_us"] == pytest.approx(parts)
+    assert "(runner thread)" in anatomy["text"]
     body = doc["figures"]["execute"]["us"]
     assert doc["inside_rest_us"] == pytest.approx(body - doc["inside_parts_us"])
     assert "inside" in anatomy["text"]

@@ -2,10 +2,10 @@
 
 A runner thread (:mod:`handlers.threads`) lets the task answer at the deadline whatever the
 call does, but it costs every call two thread switches: the hand-off to the runner and the
-wake-up of the task's thread when the call returns, 70 to 130 us of CPU a call, a fifth of
-what toolfan's own work on a no-op call costs. A prefork pool process runs its task on its
-main thread, the one thread that receives signals, so there the call runs on that thread
-instead, under an interval timer:
+wake-up of the task's thread when the call returns, 60 to 130 us of CPU a call, an eighth
+to a fifth of what toolfan's own work on a no-op call costs. A prefork pool process runs
+its task on its main thread, the one thread that receives signals, so there the call runs
+on that thread instead, under an interval timer:
 
 * at the deadline ``SIGALRM`` raises :class:`Overran` inside the call (between two
   bytecodes, or out of a blocking system call such as a sleep or a socket read, which
@@ -14,10 +14,10 @@ instead, under an interval timer:
 * a call that does not stop (it swallows the exception, or sits in C code that never
   returns to the interpreter) is taken over by a watchdog thread :data:`STOP_GRACE`
   seconds after the deadline: :attr:`Alarm.on_stuck` is called there, and toolfan's
-  worker saves the call's timed-out answer and ends the process (see
-  :mod:`tasks.signals`), whose message the broker then delivers again and which that
-  saved answer settles. A runner would have answered at once and the process would have
-  been recycled after: the answer is the same, about a second later.
+  worker saves the call's timed-out answer and ends the process (``tasks/overrun.py``),
+  whose message the broker then delivers again and which that saved answer settles. A
+  runner would have answered at once and the process would have been recycled after: the
+  answer is the same, about a second later.
 
 Only a process that called :meth:`Alarm.enable` on its main thread uses it (toolfan's
 prefork pool processes do), and only while the ``SIGALRM`` handler is still its own: a

@@ -44,7 +44,7 @@ from tasks.context import context_of
 from tasks.envelope import Envelope
 from tasks.ledger import Begin, CallRef, Ledger, LedgerError
 from tasks.queues import EXECUTE_TASK, execute_queue
-from tasks.runtime import batch_label, get_approvals, get_ledger, get_limits, get_policy
+from tasks.runtime import call_ids, get_approvals, get_ledger, get_limits, get_policy
 from tasks.settings import get_settings, load_registry
 from tasks.submit import deliver_here
 
@@ -83,7 +83,7 @@ def execute_call(
         LedgerError: the ledger is unreachable, so "at most once" cannot be guaranteed;
             the caller retries later rather than run the function unrecorded.
     """
-    context = _ids(ledger.source, ref, name)
+    context = call_ids(ledger.source, ref, name)
     begin = ledger.begin(ref, name, worker)
     if begin.ended is not None:
         log.info("%s not run: %s", where(context), begin.ended, extra=context)
@@ -150,7 +150,7 @@ def _running_elsewhere(
         saved = ledger.saved(ref)
         if saved is not None:
             log.info(
-                "%s answered by %s, which ran it", where(_ids(ledger.source, ref, "")), previous
+                "%s answered by %s, which ran it", where(call_ids(ledger.source, ref, "")), previous
             )
             return saved
         time.sleep(ELSEWHERE_POLL)
@@ -383,7 +383,7 @@ def execute(
         if self.request.retries < LEDGER_RETRIES:
             reprs = call_reprs(envelope)  # or Flower shows values
             raise self.retry(countdown=2**self.request.retries, exc=exc, **reprs) from exc
-        ids = _ids(ledger.source, ref, name)
+        ids = call_ids(ledger.source, ref, name)
         log.error("%s giving up: %s", where(ids), exc, extra=ids)
         result = CallResult.fail(
             Outcome.EXCEPTION, "toolfan could not record this call; retry later"
@@ -410,7 +410,7 @@ def _keep_claim(ledger: Ledger, envelope: Envelope, waiting: AwaitingApproval) -
 
 def _guarded(ledger: Ledger, ref: CallRef, name: str, exc: BaseException) -> CallResult:
     """Answer a call whose handling raised, saving that answer when the ledger takes it."""
-    ids = _ids(ledger.source, ref, name)
+    ids = call_ids(ledger.source, ref, name)
     log.error("%s handling the call raised", where(ids), exc_info=True, extra=ids)
     result = crashed(name, exc)
     try:
@@ -418,17 +418,6 @@ def _guarded(ledger: Ledger, ref: CallRef, name: str, exc: BaseException) -> Cal
     except Exception:  # the answer still goes out; a redelivery would give the same one
         log.error("%s the failed result could not be saved", where(ids), extra=ids)
         return result
-
-
-def _ids(source: str, ref: CallRef, name: str) -> dict[str, Any]:
-    """A call's identity in log lines and their JSON fields (the batch by its source's name)."""
-    return {
-        "source": source,
-        batch_label(source): ref.batch_id,
-        "turn_id": ref.turn_id,
-        "call_id": ref.call_id,
-        "function": name,
-    }
 
 
 def call_reprs(envelope: Envelope) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from handlers.result import Outcome
 from handlers.runner import timed_out, where
 from tasks import metrics
 from tasks.ledger import CallRef
-from tasks.runtime import batch_label, get_ledger, get_limits
+from tasks.runtime import call_ids, get_ledger, get_limits
 
 log = logging.getLogger("toolfan.execute")
 
@@ -33,8 +33,12 @@ EXIT_STUCK = 70
 
 def answer_and_leave(context: CallContext | None, timeout: float) -> None:
     """Save the timed-out answer of the call in ``context``, then end this process."""
-    ids = _ids(context)
-    saved = context is not None and _save(context, timeout, ids)
+    ids: dict[str, Any] = {}
+    saved = False
+    if context is not None:
+        ref = CallRef(context.batch_id, context.turn_id, context.call_id)
+        ids = call_ids(context.source, ref, context.function)
+        saved = _save(context, ref, timeout, ids)
     log.error(
         "%s the call overran its timeout of %g s and would not stop; %s; recycling this "
         "pool process",
@@ -48,9 +52,8 @@ def answer_and_leave(context: CallContext | None, timeout: float) -> None:
     leave()
 
 
-def _save(context: CallContext, timeout: float, ids: dict[str, Any]) -> bool:
+def _save(context: CallContext, ref: CallRef, timeout: float, ids: dict[str, Any]) -> bool:
     """Save the timed-out answer and count it (the copy that returns it counts nothing)."""
-    ref = CallRef(context.batch_id, context.turn_id, context.call_id)
     try:
         get_ledger(context.source).finish(ref, timed_out(context.function, timeout, get_limits()))
     except Exception as exc:  # the process ends either way; the redelivery settles the call
@@ -67,15 +70,3 @@ def leave() -> None:
         with contextlib.suppress(OSError, ValueError):  # a closed or broken stream
             stream.flush()
     os._exit(EXIT_STUCK)
-
-
-def _ids(context: CallContext | None) -> dict[str, Any]:
-    if context is None:
-        return {}
-    return {
-        "source": context.source,
-        batch_label(context.source): context.batch_id,
-        "turn_id": context.turn_id,
-        "call_id": context.call_id,
-        "function": context.function,
-    }

@@ -9,19 +9,21 @@ the engine knows no protocol.
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 from handlers.limits import Limits
 from handlers.policy import Policy, load_policy
 from tasks import sources
 from tasks.approvals import ApprovalStore
 from tasks.envelope import LEGACY_SOURCE
-from tasks.ledger import Ledger
+from tasks.ledger import CallRef, Ledger
 from tasks.liveness import Reaper
 from tasks.settings import get_settings, load_registry
 from tasks.upgrade import ensure_upgraded
 
 __all__ = [
     "batch_label",
+    "call_ids",
     "delivers_in_place",
     "get_approvals",
     "get_ledger",
@@ -54,6 +56,17 @@ def batch_label(source: str) -> str:
         return str(getattr(sources.get(source), "batch_label", "batch_id"))
     except sources.UnknownSource:
         return "batch_id"
+
+
+def call_ids(source: str, ref: CallRef, name: str) -> dict[str, Any]:
+    """A call's identity in log lines and their JSON fields (the batch by its source's name)."""
+    return {
+        "source": source,
+        batch_label(source): ref.batch_id,
+        "turn_id": ref.turn_id,
+        "call_id": ref.call_id,
+        "function": name,
+    }
 
 
 @cache

@@ -21,6 +21,7 @@ import redis
 from kombu.exceptions import OperationalError
 
 from dispatcher.pollers import Summary, poll_sources, process_pollers
+from dispatcher.wake import Bell
 from handlers.errors import ToolfanError
 
 log = logging.getLogger("toolfan.poll")
@@ -65,31 +66,61 @@ def run_loop(
     """Poll every ``interval`` seconds until SIGTERM, SIGINT or ``stop`` is set.
 
     Without ``stop``, signals stop the loop (the main thread's job); without ``poll``,
-    this process's poller runs, checking the stop between pages.
+    this process's poller runs, checking the stop between pages. A loop of this
+    process's own poller over runs (``TOOLFAN_SOURCES`` with ``assistants``) also reads
+    newly watched runs between its passes, as soon as a watch rings the bell of
+    :mod:`dispatcher.wake`.
     """
     guard = _SignalGuard() if stop is None else None
     stop = guard.stop if guard is not None else stop
     assert stop is not None
+    bell: Bell | None = None
+    poll_new: Callable[[], Summary] | None = None
     if poll is None:
         poller = process_pollers()
         poller.stop = stop
         poll = poller.poll_once
+        poll_new = getattr(poller, "poll_new", None)
+        if poll_new is not None and guard is not None:
+            bell = guard.bell = _listening()
     try:
         while not stop.is_set():
             started = time.monotonic()
-            if guard is not None:
-                guard.running = True
-            run_once(emit, poll)
-            if guard is not None:
-                guard.running = False
-            stop.wait(max(0.0, interval - (time.monotonic() - started)))
+            _guarded(guard, emit, poll)
+            deadline = started + interval
+            while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
+                if bell is None or poll_new is None:
+                    stop.wait(left)
+                elif bell.wait(left) and not stop.is_set():
+                    _guarded(guard, emit, poll_new)
     except Interrupted:
         pass
     finally:
+        if bell is not None:
+            bell.close()
         if guard is not None:
             guard.disarm()
     emit("poll: stopped")
     return 0
+
+
+def _listening() -> Bell:
+    """A bell listening on the runs' ledger Redis."""
+    from dispatcher.sources.assistants import NAME
+    from tasks.runtime import get_ledger
+
+    return Bell(get_ledger(NAME).client).start()
+
+
+def _guarded(
+    guard: _SignalGuard | None, emit: Callable[[str], None], poll: Callable[[], Summary]
+) -> None:
+    """One pass, which a stop signal interrupts if it does not stop by itself in time."""
+    if guard is not None:
+        guard.running = True
+    run_once(emit, poll)
+    if guard is not None:
+        guard.running = False
 
 
 class _SignalGuard:
@@ -98,12 +129,16 @@ class _SignalGuard:
     def __init__(self) -> None:
         self.stop = threading.Event()
         self.running = False
+        #: Rung with the stop, so that a loop waiting on it stops at once too.
+        self.bell: Bell | None = None
         signal.signal(signal.SIGTERM, self._on_stop)
         signal.signal(signal.SIGINT, self._on_stop)
         signal.signal(signal.SIGALRM, self._on_alarm)
 
     def _on_stop(self, signum: int, frame: FrameType | None) -> None:
         self.stop.set()
+        if self.bell is not None:
+            self.bell.ring()
         if self.running:
             signal.setitimer(signal.ITIMER_REAL, STOP_GRACE)
 

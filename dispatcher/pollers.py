@@ -104,6 +104,19 @@ class SourcesPoller:
             raise first
         return summary
 
+    def poll_new(self) -> SourcesSummary:
+        """The newly watched runs read at once (see :mod:`dispatcher.wake`); sessions wait.
+
+        Raises:
+            ToolfanError: the runs' pass failed.
+        """
+        summary = SourcesSummary()
+        for name, poller in self.pollers.items():
+            read_new = getattr(poller, "poll_new", None)
+            if read_new is not None:
+                summary.parts[name] = read_new()
+        return summary
+
 
 def source_names(names: Sequence[str] | None = None) -> tuple[str, ...]:
     """The sources to poll, checked.

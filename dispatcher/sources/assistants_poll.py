@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TypeVar
 
 from dispatcher.errors import APIError, NotFoundError
@@ -57,6 +57,8 @@ DISPATCH_EVERY = 25
 #: pause of either side), then the rest ``TOOLFAN_RUNS_READERS`` at once.
 FAR_READ = 0.01
 FAR_AFTER = 3
+#: What the line of a :meth:`RunsPoller.poll_new` pass starts with.
+NEW_ONLY = "runs (newly watched)"
 
 
 @dataclass
@@ -76,10 +78,12 @@ class RunsSummary:
     runs_finished: int = 0
     errors: int = 0
     orphans_restored: int = 0
+    #: What the line starts with: a full pass, or one of :meth:`RunsPoller.poll_new`.
+    label: str = field(default="runs", compare=False)
 
     def as_dict(self) -> dict[str, int]:
         """The counters as a plain dict."""
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "label"}
 
     def add(self, counts: DispatchCounts) -> None:
         """Count in what the dispatcher did."""
@@ -88,7 +92,7 @@ class RunsSummary:
     def line(self) -> str:
         """The one-line summary."""
         return (
-            f"runs: {self.runs_seen} runs seen, {self.runs_waiting} waiting; "
+            f"{self.label}: {self.runs_seen} runs seen, {self.runs_waiting} waiting; "
             f"{self.calls_dispatched} calls dispatched in {self.runs_dispatched} runs, "
             f"{self.calls_resubmitted} saved results resubmitted, {self.calls_expired} "
             f"answered as expiring; skipped {self.skipped_in_flight} in flight "
@@ -141,9 +145,38 @@ class RunsPoller:
         summary.runs_resting = len(resting)
         unread = [w for w in watches if w.batch_id not in resting]
         counts = DispatchCounts()
+        known = self._read_and_dispatch(unread, summary, counts)
+        if self.settings.runs_discover == "threads" and self.client.config.lists_threads:
+            self._dispatch(self._discovered(summary, known), counts)
+        summary.add(counts)
+        summary.orphans_restored = self.dispatcher.end_pass()
+        metrics.POLL_DURATION.observe(time.perf_counter() - started)
+        log.info("%s", summary.line(), extra=summary.as_dict())
+        return summary
+
+    def poll_new(self) -> RunsSummary:
+        """Read only the watched runs this poller has not read yet, and dispatch those waiting.
+
+        What a looping poller does between its passes when :mod:`dispatcher.wake`'s bell
+        rings: a newly watched run is read at once instead of up to an interval later,
+        and the runs already read keep their schedule (their rests, the pass's orphan
+        check), so a burst of watches costs reads of the new runs only.
+        """
+        summary = RunsSummary(label=NEW_ONLY)
+        fresh = [w for w in self.watches.all() if w.batch_id not in self.read_at]
+        counts = DispatchCounts()
+        self._read_and_dispatch(fresh, summary, counts)
+        summary.add(counts)
+        log.info("%s", summary.line(), extra=summary.as_dict())
+        return summary
+
+    def _read_and_dispatch(
+        self, watches: list[Watch], summary: RunsSummary, counts: DispatchCounts
+    ) -> set[str]:
+        """Read each run; dispatch those waiting as the reads come in. Their batch ids."""
         known: set[str] = set()
         pending: list[Batch] = []
-        for watch, read in self._reads(unread):
+        for watch, read in self._reads(watches):
             batch = self._watched(watch, read, summary)
             if batch is not None:
                 known.add(batch.batch_id)
@@ -151,15 +184,12 @@ class RunsPoller:
             if len(pending) >= DISPATCH_EVERY:  # the fleet starts while the pass reads on
                 self.dispatcher.dispatch(pending, counts)
                 pending = []
-        if self.settings.runs_discover == "threads" and self.client.config.lists_threads:
-            pending += self._discovered(summary, known)
-        for start in range(0, len(pending), 100):
-            self.dispatcher.dispatch(pending[start : start + 100], counts)
-        summary.add(counts)
-        summary.orphans_restored = self.dispatcher.end_pass()
-        metrics.POLL_DURATION.observe(time.perf_counter() - started)
-        log.info("%s", summary.line(), extra=summary.as_dict())
-        return summary
+        self._dispatch(pending, counts)
+        return known
+
+    def _dispatch(self, batches: list[Batch], counts: DispatchCounts) -> None:
+        for start in range(0, len(batches), 100):
+            self.dispatcher.dispatch(batches[start : start + 100], counts)
 
     def dispatch_run(self, run: Run, summary: RunsSummary | None = None) -> RunsSummary:
         """Dispatch one run read elsewhere (a pushed event, ``POST /runs/watch``)."""

@@ -4,6 +4,8 @@ OpenAI and Azure OpenAI list no threads, so the application names the runs it st
 (``toolfan runs watch``, :func:`toolfan.watch_run`, ``POST /runs/watch``). Each watch is
 one field of one Redis hash, keyed by the run's batch id; the poller reads them all every
 pass (one ``HGETALL``) and drops a watch once its run is over or past its ``expires_at``.
+A watch that adds runs rings :mod:`dispatcher.wake`'s bell, so a looping poller reads them
+at once.
 The hash also keeps the status each run had when last seen, for ``toolfan runs list``.
 """
 
@@ -20,6 +22,7 @@ import redis
 
 from dispatcher.models import addressable
 from dispatcher.sources.assistants import NAME, batch_id, run_of
+from dispatcher.wake import ring
 from tasks import keys
 
 #: The hash of watched runs: batch id to ``{"since", "status", "seen_at"}``.
@@ -69,7 +72,10 @@ class Watches:
         pipe = self.client.pipeline(transaction=False)
         for thread_id, run_id in pairs:
             pipe.hsetnx(WATCHES, batch_id(thread_id, run_id), json.dumps({"since": now}))
-        return sum(1 for added in pipe.execute() if added)
+        added = sum(1 for new in pipe.execute() if new)
+        if added:  # a looping poller reads them now, not a whole interval later
+            ring(self.client)
+        return added
 
     def all(self) -> list[Watch]:
         """Every watch, oldest first."""

@@ -10,6 +10,7 @@ import redis
 from dispatcher.sources import assistants_watch
 from dispatcher.sources.assistants import batch_id
 from dispatcher.sources.assistants_watch import WATCHES, Watch, Watches
+from dispatcher.wake import Bell
 
 
 @pytest.fixture
@@ -62,3 +63,31 @@ def test_a_field_no_run_could_have_written_is_skipped_on_every_pass(
 def test_a_watch_names_its_batch_as_the_source_does(ids: tuple[str, str]) -> None:
     watch = Watch(*ids, since=1.0)
     assert watch.batch_id == batch_id(*ids) == json.dumps(list(ids))
+
+
+def test_a_watch_that_adds_runs_rings_the_looping_pollers_and_a_repeat_does_not(
+    redis_client: redis.Redis,
+) -> None:
+    bell = Bell(redis_client).start()
+    try:
+        assert bell.subscribed(10)
+        watches = Watches(redis_client)
+        assert watches.add([("thread_1", "run_1"), ("thread_2", "run_2")]) == 2
+        assert bell.wait(10)
+        assert watches.add([("thread_1", "run_1")]) == 0  # watched already: nothing new to read
+        assert not bell.wait(0.5)
+        assert watches.add([("thread_1", "run_1"), ("thread_3", "run_3")]) == 1
+        assert bell.wait(10)
+    finally:
+        bell.close()
+
+
+def test_a_watch_is_saved_even_when_the_bell_cannot_be_rung(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(*args: object) -> int:
+        raise redis.ConnectionError("publish refused")
+
+    monkeypatch.setattr(redis_client, "publish", refused)
+    assert Watches(redis_client).add([("thread_1", "run_1")]) == 1
+    assert [w.run_id for w in Watches(redis_client).all()] == ["run_1"]

@@ -42,13 +42,17 @@ def flavour_env(flavour: str, url: str) -> dict[str, str]:
 class RunsStack(Stack):
     """Emulator, one worker and one poller of the ``assistants`` source."""
 
-    def __init__(self, workdir: Path, flavour: str = "openai", **env: str) -> None:
+    def __init__(
+        self, workdir: Path, flavour: str = "openai", interval: str = "0.3", **env: str
+    ) -> None:
         super().__init__()
         self.workdir = workdir
         self.flavour = flavour
+        self.interval = interval
         self.extra = env
         self.emulator: EmulatorServer | None = None
         self.env: dict[str, str] = {}
+        self.poller: Service | None = None
         self._base = ""
 
     def _start(self) -> None:
@@ -62,8 +66,8 @@ class RunsStack(Stack):
         self.env = self._service_env(origin)
         worker = self.service(["worker", "-c", "4", "-P", "threads", "-n", "runs@%h"], "worker")
         worker.wait_for_output(" ready.", 90)
-        poller = self.service(["poll", "--interval", "0.3"], "poller")
-        poller.wait_for_output("runs:", 60)
+        self.poller = self.service(["poll", "--interval", self.interval], "poller")
+        self.poller.wait_for_output("runs:", 60)
 
     def service(self, args: list[str], name: str) -> Service:
         """Start one more toolfan command in this stack's environment."""

@@ -1,0 +1,101 @@
+"""A looping runs poller reads a newly watched run at once, not at its next pass.
+
+On a stack of its own (every runs stack owns databases 12 and 13, so it starts only once
+the shared stack of ``test_assistants.py`` has stopped), with ``--interval 60``: without
+the bell of :mod:`dispatcher.wake` a watched run would wait up to a minute for its read.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+
+import pytest
+import redis
+
+from dispatcher.wake import WAKE
+from tests.e2e.runs_stack import RunsStack
+from tests.e2e.test_assistants import call, outputs, watch
+from tests.services import wait_for
+
+#: The poller's interval: far longer than any wait below.
+INTERVAL = "60"
+#: Seconds a watched run may take to be answered (a CLI start, a read, a call, a submit).
+ANSWERED_WITHIN = 15
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory):
+    with RunsStack(tmp_path_factory.mktemp("wake"), interval=INTERVAL) as running:
+        yield running
+
+
+def _answered(stack: RunsStack, run: dict) -> list[list[tuple[str, str]]]:
+    return wait_for(
+        lambda: outputs(stack.state, run), ANSWERED_WITHIN, f"run {run['id']}'s submit", 0.1
+    )
+
+
+def _listeners(client: redis.Redis) -> int:
+    return int(client.pubsub_numsub(WAKE)[0][1])
+
+
+def test_a_run_watched_between_passes_is_answered_long_before_the_next_pass(stack):
+    assert stack.poller is not None
+    run = stack.state.create_run([[call("add", {"a": 2, "b": 3})]])
+    started = time.monotonic()
+    watch(stack, run)
+    assert [o for phase in _answered(stack, run) for _, o in phase] == ["5"]
+    assert time.monotonic() - started < ANSWERED_WITHIN < float(INTERVAL)
+    log = stack.poller.log()
+    assert "runs (newly watched): 1 runs seen, 1 waiting; 1 calls dispatched" in log
+    assert log.count("runs: ") == 1  # one full pass, at the start: the run was not its work
+
+
+def test_a_wake_reads_only_the_runs_this_poller_has_not_read(stack):
+    # Without rests (TOOLFAN_RUNS_RECHECK=0) a full pass reads every watched run; a wake's
+    # pass reads the new one alone, whatever else is watched.
+    poller = stack.runs_poller(runs_recheck=0)
+
+    def slow_run() -> dict:
+        return stack.state.create_run(
+            [[call("slow_count", {"key": uuid.uuid4().hex, "seconds": 4})]]
+        )
+
+    watch(stack, slow_run(), slow_run())
+    assert poller.poll_new().runs_seen >= 2  # and what earlier tests left watched
+    watch(stack, slow_run())
+    woken = poller.poll_new()
+    assert woken.runs_seen == 1
+    assert woken.line().startswith("runs (newly watched): 1 runs seen")
+    watched = len(poller.watches.all())
+    assert watched >= 3  # the others still watched, and not read
+    assert poller.poll_once().runs_seen == watched
+
+
+def test_the_listener_comes_back_after_its_connection_is_killed(stack):
+    client = stack.redis()
+    assert _listeners(client) == 1
+    ours = [
+        c["id"]
+        for c in client.client_list(_type="pubsub")
+        if c.get("db") == str(client.connection_pool.connection_kwargs.get("db", 0))
+    ]
+    assert ours
+    for client_id in ours:
+        client.client_kill_filter(_id=client_id)
+    wait_for(lambda: _listeners(client) == 1, 20, "the bell to listen again", 0.1)
+    run = stack.state.create_run([[call("add", {"a": 20, "b": 22})]])
+    watch(stack, run)
+    assert [o for phase in _answered(stack, run) for _, o in phase] == ["42"]
+
+
+def test_a_poller_waiting_for_its_bell_stops_at_once_on_sigterm(stack):
+    assert stack.poller is not None
+    stopped_at = time.monotonic()
+    stack.poller.proc.send_signal(signal.SIGTERM)
+    stack.poller.proc.wait(10)
+    assert time.monotonic() - stopped_at < 3
+    assert "poll: stopped" in stack.poller.log()
+    assert _listeners(stack.redis()) == 0

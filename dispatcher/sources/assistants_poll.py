@@ -134,6 +134,9 @@ class RunsPoller:
         self._pool: ThreadPoolExecutor | None = None
         #: Whether the last pass went on reading several at once (to log the changes).
         self._far = False
+        #: Statuses seen and watches ended, written together (see :meth:`_record`).
+        self._seen: list[tuple[Watch, str]] = []
+        self._dropped: list[str] = []
 
     def poll_once(self) -> RunsSummary:
         """Read every watched run (but those resting) and dispatch the phases that wait."""
@@ -176,16 +179,26 @@ class RunsPoller:
         """Read each run; dispatch those waiting as the reads come in. Their batch ids."""
         known: set[str] = set()
         pending: list[Batch] = []
-        for watch, read in self._reads(watches):
-            batch = self._watched(watch, read, summary)
-            if batch is not None:
-                known.add(batch.batch_id)
-                pending.append(batch)
-            if len(pending) >= DISPATCH_EVERY:  # the fleet starts while the pass reads on
-                self.dispatcher.dispatch(pending, counts)
-                pending = []
+        try:
+            for watch, read in self._reads(watches):
+                batch = self._watched(watch, read, summary)
+                if batch is not None:
+                    known.add(batch.batch_id)
+                    pending.append(batch)
+                if len(pending) >= DISPATCH_EVERY:  # the fleet starts while the pass reads on
+                    self._record()
+                    self.dispatcher.dispatch(pending, counts)
+                    pending = []
+        finally:  # a pass cut short by a stop still records what it saw
+            self._record()
         self._dispatch(pending, counts)
         return known
+
+    def _record(self) -> None:
+        """Write the statuses seen and the watches ended since the last call, in one trip."""
+        seen, self._seen = self._seen, []
+        dropped, self._dropped = self._dropped, []
+        self.watches.record(seen, dropped)
 
     def _dispatch(self, batches: list[Batch], counts: DispatchCounts) -> None:
         for start in range(0, len(batches), 100):
@@ -320,7 +333,7 @@ class RunsPoller:
         ids = f"thread_id={shown(watch.thread_id)} run_id={shown(watch.run_id)}"
         if isinstance(run, NotFoundError):
             log.warning("%s no such run; no longer watched", ids)
-            self.watches.drop(watch.thread_id, watch.run_id)
+            self._dropped.append(watch.batch_id)
             return None
         if isinstance(run, APIError):
             summary.errors += 1
@@ -336,10 +349,10 @@ class RunsPoller:
                 self.ledger.end_batch(
                     batch_id(run.thread_id, run.run_id), f"the run is {run.status}"
                 )
-            self.watches.drop(watch.thread_id, watch.run_id)
+            self._dropped.append(watch.batch_id)
             return None
         if watch.status != run.status:
-            self.watches.seen(watch, run.status)
+            self._seen.append((watch, run.status))
         self._rest_turn(run)
         return self._batch(run, summary)
 

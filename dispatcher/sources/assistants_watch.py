@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, cast
@@ -93,12 +93,28 @@ class Watches:
 
     def seen(self, watch: Watch, status: str) -> None:
         """Remember the status a run had when last read."""
-        value = {"since": watch.since, "status": status, "seen_at": time.time()}
-        self.client.hset(WATCHES, watch.batch_id, json.dumps(value))
+        self.record([(watch, status)], [])
 
     def drop(self, thread_id: str, run_id: str) -> None:
         """Stop watching a run."""
-        self.client.hdel(WATCHES, batch_id(thread_id, run_id))
+        self.record([], [batch_id(thread_id, run_id)])
+
+    def record(self, seen: Sequence[tuple[Watch, str]], dropped: Sequence[str]) -> None:
+        """Several :meth:`seen` and :meth:`drop` (by batch id) in one round trip.
+
+        A pass reads hundreds of runs, and most reads change a status or end a watch: one
+        round trip each cost a runs poller about a seventh of its time.
+        """
+        if not seen and not dropped:
+            return
+        now = time.time()
+        pipe = self.client.pipeline(transaction=False)
+        for watch, status in seen:
+            value = {"since": watch.since, "status": status, "seen_at": now}
+            pipe.hset(WATCHES, watch.batch_id, json.dumps(value))
+        if dropped:
+            pipe.hdel(WATCHES, *dropped)
+        pipe.execute()
 
     def __len__(self) -> int:
         return int(self.client.hlen(WATCHES))

@@ -86,11 +86,16 @@ class RunsStack(Stack):
         return redis.Redis.from_url(f"{self._base}/{LEDGER_DB}", decode_responses=True)
 
     def runs_poller(
-        self, client_class: type[AssistantsClient] | None = None, **settings: Any
+        self,
+        client_class: type[AssistantsClient] | None = None,
+        ledger_client: redis.Redis | None = None,
+        **settings: Any,
     ) -> RunsPoller:
         """A runs poller in the test process, on this stack's emulator and ledger.
 
-        ``settings`` override the defaults; ``client_class`` may wrap the real client.
+        ``settings`` override the defaults; ``client_class`` may wrap the real client;
+        ``ledger_client`` puts its ledger and watches elsewhere, out of the stack's
+        poller's sight.
         """
         from dispatcher.sources.assistants_client import AssistantsClient
         from dispatcher.sources.assistants_config import load_config
@@ -100,7 +105,7 @@ class RunsStack(Stack):
 
         client = (client_class or AssistantsClient)(load_config(self.env))
         self._stack.callback(client.close)
-        ledger = Ledger(self.redis(), 3600, "assistants")
+        ledger = Ledger(ledger_client or self.redis(), 3600, "assistants")
         return RunsPoller(client, ledger, Settings(**settings))
 
     def _service_env(self, origin: str) -> dict[str, str]:

@@ -518,3 +518,29 @@ def test_a_phase_goes_in_one_submit_and_a_resend_is_settled_by_one_read(stack, s
         made = [(r.method, r.status) for r in state.requests(run["id"])[sent:]]
         assert made == [("POST", 400), ("GET", 200)] and again.status == "past"
     assert outputs(state, run) == [[("call_one", "3")]], "applied once"
+
+
+def test_a_pass_writes_what_it_saw_of_all_its_runs_in_one_round_trip(
+    stack, state, redis_client, monkeypatch
+):
+    # Watches of its own, out of the stack's poller's sight; runs that end or stay in a
+    # turn, so that nothing is dispatched. Each read changes a status or ends a watch:
+    # thirty writes, in one pipeline.
+    poller = stack.runs_poller(ledger_client=redis_client)
+    monkeypatch.setattr(state, "turn_duration", 30.0)
+    over = [state.create_run(status="completed") for _ in range(20)]
+    busy = [state.create_run(status="in_progress") for _ in range(10)]
+    poller.watches.add([(r["thread_id"], r["id"]) for r in over + busy])
+    trips: list[tuple[int, int]] = []
+    record = poller.watches.record
+    monkeypatch.setattr(
+        poller.watches,
+        "record",
+        lambda seen, dropped: (trips.append((len(seen), len(dropped))), record(seen, dropped)),
+    )
+    summary = poller.poll_once()
+    assert (summary.runs_seen, summary.runs_finished) == (30, 20)
+    assert [t for t in trips if t != (0, 0)] == [(10, 20)]
+    left = poller.watches.all()
+    assert sorted(w.run_id for w in left) == sorted(r["id"] for r in busy)
+    assert {w.status for w in left} == {"in_progress"}

@@ -26,6 +26,7 @@ tool that installs one of its own sends the next calls back to the runner thread
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # no stub: the C module of signal
 import logging
 import signal
 import threading
@@ -100,13 +101,16 @@ class Alarm:
         """Whether a call made now runs on this thread under the timer.
 
         Not inside another timed call (a tool that runs a tool): that one keeps the timer,
-        and the inner call goes to a runner thread.
+        and the inner call goes to a runner thread. The handler is read from ``_signal``,
+        the C module ``signal`` wraps: ``signal.getsignal`` also tries to turn it into an
+        enum, which raises and catches a ValueError for every handler that is a function
+        (1.7 us a call, against 0.03).
         """
         return (
             self._enabled
             and self._call is None
             and _on_main_thread()
-            and signal.getsignal(signal.SIGALRM) is self._handler
+            and _signal.getsignal(signal.SIGALRM) is self._handler
         )
 
     def run(self, call: Callable[[], Any], timeout: float, context: CallContext | None) -> Any:

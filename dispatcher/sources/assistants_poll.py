@@ -282,15 +282,16 @@ class RunsPoller:
         the interpreter and the cores the fleet runs on. A stop cancels the reads not yet
         started.
         """
-        done, slow = 0, 0
+        done, slow, quick = 0, 0, False
         while slow < FAR_AFTER and done < len(items):
             if self._stopping():
                 return
             answer, seconds = _timed(read, items[done])
             yield items[done], answer
             done += 1
-            slow = slow + 1 if seconds >= FAR_READ else 0
-        self._reading(far=slow >= FAR_AFTER)
+            slow, quick = (slow + 1, quick) if seconds >= FAR_READ else (0, True)
+        if slow >= FAR_AFTER or quick:  # else too few reads to tell (a wake's one new run)
+            self._reading(far=slow >= FAR_AFTER)
         if done < len(items):
             yield from self._together(items[done:], read)
 

@@ -489,6 +489,10 @@ def test_a_near_api_is_read_one_run_at_a_time_and_a_far_one_several_at_once(stac
     assert slow[:FAR_AFTER] == ["MainThread"] * FAR_AFTER
     assert {name.split("_")[0] for name in slow[FAR_AFTER:]} == {"toolfan-runs-read"}
     assert poller._far
+    # Fewer slow reads than FAR_AFTER (a wake's pass over one new run) tell nothing: the
+    # poller stays far, and does not log a change back and forth.
+    list(poller._reads(watches[:1]))
+    assert poller._far
     # Quick again: the next pass never leaves this thread.
     state.set_faults(latency=0.0, endpoints=["runs"])
     assert one_pass() == ["MainThread"] * len(runs)

@@ -30,6 +30,10 @@ log = logging.getLogger("toolfan.poll")
 PASS_ERRORS: tuple[type[BaseException], ...] = (ToolfanError, OperationalError, redis.RedisError)
 #: Seconds a pass gets to reach a safe point after a stop signal before it is interrupted.
 STOP_GRACE = 0.9
+#: Seconds between two passes over newly watched runs: each reads the whole watch list
+#: (one HGETALL), so a steady stream of watches is read in a few passes a second, not one
+#: pass per watch.
+WAKE_GAP = 0.05
 
 
 class Interrupted(BaseException):
@@ -93,6 +97,7 @@ def run_loop(
                     stop.wait(left)
                 elif bell.wait(left) and not stop.is_set():
                     _guarded(guard, emit, poll_new)
+                    stop.wait(min(WAKE_GAP, max(0.0, deadline - time.monotonic())))
     except Interrupted:
         pass
     finally:

@@ -6,8 +6,9 @@ A run named to toolfan (``toolfan runs watch``, :func:`toolfan.watch_runs`,
 Every watch that adds a run also publishes one message on :data:`WAKE`; a looping poller
 listens there on a thread of its own and, rung, reads the newly watched runs at once
 (:meth:`~dispatcher.sources.assistants_poll.RunsPoller.poll_new`), while the runs it
-already knows keep their schedule. So a storm of watches costs reads of the new runs only,
-never extra passes over every run.
+already knows keep their schedule. So a storm of watches costs API reads of the new runs
+only, never extra reads of every run; each woken pass reads the watch list once (an
+``HGETALL``), and the loop leaves ``WAKE_GAP`` (50 ms) between them.
 
 The bell is a shortcut, never the only way: a message lost while Redis is away, or a
 listener that cannot subscribe, leaves the run to the next pass, as before. The listener

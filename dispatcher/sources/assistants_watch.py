@@ -91,19 +91,12 @@ class Watches:
         watches = [w for _, w in parsed.values() if w is not None]
         return sorted(watches, key=lambda w: w.since)
 
-    def seen(self, watch: Watch, status: str) -> None:
-        """Remember the status a run had when last read."""
-        self.record([(watch, status)], [])
-
-    def drop(self, thread_id: str, run_id: str) -> None:
-        """Stop watching a run."""
-        self.record([], [batch_id(thread_id, run_id)])
-
     def record(self, seen: Sequence[tuple[Watch, str]], dropped: Sequence[str]) -> None:
-        """Several :meth:`seen` and :meth:`drop` (by batch id) in one round trip.
+        """Remember the statuses ``seen``, and end the watches ``dropped``, in one trip.
 
-        A pass reads hundreds of runs, and most reads change a status or end a watch: one
-        round trip each cost a runs poller about a seventh of its time.
+        ``dropped`` names runs by batch id. A pass reads hundreds of runs, and most reads
+        change a status or end a watch: one round trip each cost a runs poller about a
+        seventh of its time.
         """
         if not seen and not dropped:
             return

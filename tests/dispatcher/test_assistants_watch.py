@@ -36,8 +36,7 @@ def test_a_pass_parses_only_the_watches_that_changed_since_the_last(
     assert len(parses) == 3
     assert watches.all() == first and len(parses) == 3  # nothing changed: nothing parsed
 
-    watches.seen(first[0], "requires_action")
-    watches.drop("thread_3", "run_3")
+    watches.record([(first[0], "requires_action")], [batch_id("thread_3", "run_3")])
     watches.add([("thread_4", "run_4")])
     now = watches.all()
     assert sorted(parses[3:]) == sorted([first[0].batch_id, batch_id("thread_4", "run_4")])

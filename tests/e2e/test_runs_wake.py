@@ -14,6 +14,7 @@ import uuid
 import pytest
 import redis
 
+from dispatcher.sources.assistants_watch import Watches
 from dispatcher.wake import WAKE
 from tests.e2e.runs_stack import RunsStack
 from tests.e2e.test_assistants import call, outputs, watch
@@ -72,6 +73,25 @@ def test_a_wake_reads_only_the_runs_this_poller_has_not_read(stack):
     watched = len(poller.watches.all())
     assert watched >= 3  # the others still watched, and not read
     assert poller.poll_once().runs_seen == watched
+
+
+def test_a_stream_of_watches_is_read_in_a_few_passes_not_one_pass_a_watch(stack):
+    # 100 watches 5 ms apart (half a second) ring the bell 100 times; each woken pass reads
+    # the whole watch list, so the loop leaves 50 ms between them: about ten passes.
+    assert stack.poller is not None
+    client = stack.redis()
+    before = stack.poller.log().count("runs (newly watched):")
+    for i in range(100):
+        Watches(client).add([(f"thread_stream_{i}", f"run_{i}")])  # no such run: dropped
+        time.sleep(0.005)
+    time.sleep(0.5)
+    woken = stack.poller.log().count("runs (newly watched):") - before
+    assert 1 <= woken <= 20, woken
+
+    def streamed() -> list[str]:
+        return [w.run_id for w in Watches(client).all() if w.thread_id.startswith("thread_st")]
+
+    wait_for(lambda: not streamed(), 10, "the unknown runs to be dropped", 0.1)
 
 
 def test_the_listener_comes_back_after_its_connection_is_killed(stack):

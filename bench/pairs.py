@@ -11,6 +11,15 @@ first row's in the same round; the medians of those ratios are the figures.
 per setting gives an A/B of a setting, and the same command on two checkouts an A/B of a
 change. ``--workload io`` runs raw Celery, the floor and toolfan on the I/O workload
 instead (its 50 ms tool, on its own workers' pool). Writes ``pairs.json`` and ``pairs.txt``.
+
+Two runs, one per setting or checkout, are minutes apart, and this machine's speed moves by
+more than most changes are worth from one round to the next. ``--switch PATH`` puts both
+halves of an A/B in one run instead: the run creates the file ``PATH`` for rounds 3 and 4,
+7 and 8 and so on, and removes it for the others (each state gets pairs of rounds, so that
+with two rows each state sees each row in each place of the order). A change made to read
+it (``os.path.exists(PATH)``, a line in a working tree, never committed) is then on in
+half the rounds, and the table gives each row's median ratio with the file and without,
+and their quotient.
 """
 
 from __future__ import annotations
@@ -72,6 +81,8 @@ class PairsConfig:
     bench: BenchConfig = field(default_factory=lambda: BenchConfig(out=Path("bench-pairs")))
     #: ``noop`` or ``io``: which of the bench's workloads the rows run.
     workload: str = "noop"
+    #: The file that is there in the rounds :func:`switched` names, and only then.
+    switch: Path | None = None
 
 
 def _raw(
@@ -122,6 +133,25 @@ def rotated(rows: Sequence[str], round_: int) -> list[str]:
     return [*rows[shift:], *rows[:shift]]
 
 
+#: Rounds in a row with the switch in one state: two, so that both orders of two rows
+#: (which alternate each round) fall in each state.
+SWITCH_ROUNDS = 2
+
+
+def switched(round_: int) -> bool:
+    """Whether the switch file is there in round ``round_`` (from 0): off, off, on, on, ..."""
+    return (round_ // SWITCH_ROUNDS) % 2 == 1
+
+
+def _set_switch(switch: Path | None, on: bool) -> None:
+    if switch is None:
+        return
+    if on:
+        switch.touch()
+    else:
+        switch.unlink(missing_ok=True)
+
+
 def measure(config: PairsConfig) -> list[dict[str, Measurement]]:
     """Each round's measurement of every row, on one stack (a warm-up of each first)."""
     workdir = config.bench.out / "logs"
@@ -139,15 +169,25 @@ def measure(config: PairsConfig) -> list[dict[str, Measurement]]:
                 for system in systems:
                     MEASURES[system](stack, emu, workload, workers, WARM_UP)
                 for round_ in range(config.pairs):
+                    _set_switch(config.switch, switched(round_))
+                    state = _switch_word(config.switch, round_)
                     measured = {}
                     for system in rotated(systems, round_):
                         m = MEASURES[system](stack, emu, workload, workers, None)
-                        say(f"  round {round_ + 1}: {m.system}: {m.calls_per_s:,.0f} calls/s")
+                        rate = f"{m.calls_per_s:,.0f} calls/s"
+                        say(f"  round {round_ + 1}: {m.system}: {rate}{state}")
                         measured[system] = m
                     rounds.append(measured)
         finally:
+            _set_switch(config.switch, False)
             emu.close()
     return rounds
+
+
+def _switch_word(switch: Path | None, round_: int) -> str:
+    if switch is None:
+        return ""
+    return ", switch on" if switched(round_) else ", switch off"
 
 
 def summary(rounds: list[dict[str, Measurement]], config: PairsConfig) -> dict[str, Any]:
@@ -172,15 +212,42 @@ def summary(rounds: list[dict[str, Measurement]], config: PairsConfig) -> dict[s
             SPLIT: _median_split(ms),
             "run_reads_per_run": _reads_per_run(ms),
         }
+        if config.switch is not None:
+            rows[name]["switch"] = {**by_switch(ratios), **_reads_by_switch(ms)}
     return {
         "rows": list(config.rows),
         "workload": config.workload,
         "pairs": config.pairs,
         "env": config.env,
+        "switch": None if config.switch is None else str(config.switch),
         "sessions": config.bench.sessions,
         "calls": config.bench.calls,
         "results": rows,
     }
+
+
+def by_switch(ratios: Sequence[float]) -> dict[str, Any]:
+    """The rounds' ratios without the switch file and with it, their medians and quotient."""
+    off = [r for i, r in enumerate(ratios) if not switched(i)]
+    on = [r for i, r in enumerate(ratios) if switched(i)]
+    median_off, median_on = statistics.median(off), statistics.median(on)
+    return {
+        "off": off,
+        "on": on,
+        "median_off": median_off,
+        "median_on": median_on,
+        "on_over_off": median_on / median_off if median_off else None,
+    }
+
+
+def _reads_by_switch(ms: list[Measurement]) -> dict[str, Any]:
+    """A run-shaped row's median reads per run without the switch file and with it."""
+    if not all("retrieve_requests" in m.extra for m in ms):
+        return {}
+    reads = [m.extra["retrieve_requests"] / m.sessions for m in ms]
+    off = [r for i, r in enumerate(reads) if not switched(i)]
+    on = [r for i, r in enumerate(reads) if switched(i)]
+    return {"reads_per_run_off": statistics.median(off), "reads_per_run_on": statistics.median(on)}
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -227,7 +294,25 @@ def lines(doc: dict[str, Any]) -> list[str]:
         reads = r["run_reads_per_run"]
         more = f"; {reads:.2f} reads per run" if reads is not None else ""
         out.append(f"{name}: CPU ms per call by process: {split}{more}")
+    if doc.get("switch"):
+        out.append(f"with and without {doc['switch']} (rounds 3-4, 7-8, ...: on):")
+        out.extend(_switch_line(name, doc["results"][name]["switch"]) for name in doc["rows"][1:])
     return out
+
+
+def _switch_line(name: str, split: dict[str, Any]) -> str:
+    off = ", ".join(f"{x:.2f}" for x in split["off"])
+    on = ", ".join(f"{x:.2f}" for x in split["on"])
+    quotient = _ms(split["on_over_off"], 3)
+    reads = ""
+    if "reads_per_run_off" in split:
+        reads = (
+            f"; reads per run {split['reads_per_run_off']:.2f} and {split['reads_per_run_on']:.2f}"
+        )
+    return (
+        f"{name:>11} off {split['median_off']:.3f} [{off}], on {split['median_on']:.3f} [{on}]: "
+        f"on/off {quotient}{reads}"
+    )
 
 
 def _ms(value: float | None, places: int = 2) -> str:
@@ -264,6 +349,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a TOOLFAN_ or OPENAI_ variable for the workers and pollers the run starts "
         "(repeatable)",
     )
+    p.add_argument(
+        "--switch",
+        type=Path,
+        metavar="PATH",
+        help="a file (that must not exist yet) the run creates for rounds 3-4, 7-8, ... and "
+        "removes for the others; each row's ratio is also given with it and without it "
+        "(at least 4 --pairs)",
+    )
     add_stack_options(p, defaults.bench, "sessions, or runs")
     return p
 
@@ -293,8 +386,26 @@ def parse_config(argv: Sequence[str]) -> PairsConfig:
         env[name] = value
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")
+    switch = _switch(parser, args.switch, args.pairs)
     bench = stack_config(parser, args)
-    return PairsConfig(rows, args.pairs, env, bench, args.workload)
+    return PairsConfig(rows, args.pairs, env, bench, args.workload, switch)
+
+
+def _switch(parser: argparse.ArgumentParser, switch: Path | None, pairs: int) -> Path | None:
+    """``--switch``'s file, refused when there is something there already or too few rounds.
+
+    The run removes the file as it ends, so a path that exists (someone's file, or one left
+    by a run that was killed) is not taken: the run would delete it or start switched on.
+    """
+    if switch is None:
+        return None
+    if pairs < 2 * SWITCH_ROUNDS:
+        parser.error(f"--switch needs at least {2 * SWITCH_ROUNDS} --pairs (both states)")
+    if switch.exists() or switch.is_symlink():
+        parser.error(f"--switch {str(switch)!r} exists; the run creates and removes it itself")
+    if not switch.parent.is_dir():
+        parser.error(f"--switch {str(switch)!r}: no such directory {str(switch.parent)!r}")
+    return switch.absolute()
 
 
 def main(argv: Sequence[str]) -> int:

@@ -7,18 +7,20 @@ shows in the workers' own log lines whether the setting reached them.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
-from bench.pairs import parse_config, rotated
+from bench.pairs import by_switch, parse_config, rotated, switched
 from tests.bench.runs import run_bench
 from tests.services import ROOT, default_endings, wait_for
 
@@ -69,6 +71,71 @@ def test_each_round_starts_one_row_later() -> None:
         ["c", "a", "b"],
         ["a", "b", "c"],
     ]
+
+
+def test_the_switch_is_on_in_pairs_of_rounds_and_each_state_is_summed_up_apart() -> None:
+    assert [switched(r) for r in range(8)] == [False, False, True, True] * 2
+    split = by_switch([0.80, 0.84, 0.90, 0.88, 0.82, 0.86, 0.94, 0.92])
+    assert (split["off"], split["on"]) == ([0.80, 0.84, 0.82, 0.86], [0.90, 0.88, 0.94, 0.92])
+    assert (split["median_off"], split["median_on"]) == pytest.approx((0.83, 0.91))
+    assert split["on_over_off"] == pytest.approx(0.91 / 0.83)
+
+
+def test_a_switch_that_exists_or_has_too_few_rounds_is_refused(tmp_path: Path) -> None:
+    taken = tmp_path / "taken"
+    taken.write_text("someone's file")
+    for argv in (
+        ["--switch", str(tmp_path / "free"), "--pairs", "3"],  # one state only
+        ["--switch", str(taken), "--pairs", "4"],  # it would be deleted
+        ["--switch", str(tmp_path), "--pairs", "4"],  # a directory
+        ["--switch", str(tmp_path / "no" / "such"), "--pairs", "4"],
+    ):
+        with pytest.raises(SystemExit) as exc:
+            parse_config(argv)
+        assert exc.value.code == 2, argv
+    assert taken.read_text() == "someone's file"
+    config = parse_config(["--switch", str(tmp_path / "free"), "--pairs", "4"])
+    assert config.switch == tmp_path / "free"
+
+
+@pytest.mark.timeout(160)
+def test_the_switch_file_is_there_in_its_rounds_only_and_gone_at_the_end(tmp_path: Path) -> None:
+    switch = tmp_path / "switch"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PYTEST_CURRENT_TEST", None)
+    args = ["pairs", "--rows", "raw,runs", "--pairs", "4", "--sessions", "4", "--calls", "2"]
+    err = tmp_path / "stderr.log"
+    seen: list[tuple[int, bool]] = []  # (rounds begun, whether the file was there)
+    with err.open("wb") as stderr:
+        bench = subprocess.Popen(
+            [sys.executable, "-m", "bench", *args, "--switch", str(switch), "--out", str(tmp_path)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+        try:
+            while bench.poll() is None:
+                begun = err.read_text(errors="replace").count(": raw_celery:")
+                seen.append((begun, switch.exists()))
+                time.sleep(0.01)
+        finally:
+            if bench.poll() is None:
+                bench.kill()
+            bench.wait(150)
+    printed = err.read_text(errors="replace")
+    assert bench.returncode == 0, printed
+    assert not switch.exists()
+    # Rounds 3 and 4 print ", switch on"; the file was seen while they ran, never before.
+    assert "round 3: raw_celery:" in printed and printed.count(", switch on") == 4, printed
+    assert any(there for _, there in seen)
+    assert not any(there for begun, there in seen if begun < 2)
+    doc = json.loads((tmp_path / "pairs.json").read_text())
+    split = doc["results"]["runs"]["switch"]
+    assert len(split["off"]) == len(split["on"]) == 2
+    assert split["on"] == doc["results"]["runs"]["ratio_to_first"][2:4]
+    assert split["reads_per_run_off"] >= 1 and split["reads_per_run_on"] >= 1
+    assert "reads_per_run_on" not in doc["results"]["raw"]["switch"]  # raw Celery reads no run
+    assert "on/off" in (tmp_path / "pairs.txt").read_text()
 
 
 def test_bad_options_are_refused() -> None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, cast
 
-from celery import Task
+from celery import Task, states
 from celery.canvas import Signature
 from pydantic import BaseModel
 
@@ -42,13 +42,17 @@ from tasks.approvals import AwaitingApproval, gate
 from tasks.config import hard_limit
 from tasks.context import context_of
 from tasks.envelope import Envelope
-from tasks.ledger import Begin, CallRef, Ledger, LedgerError
+from tasks.join import JOIN, JoiningRedisBackend, counted, joinable
+from tasks.ledger import NOT_RUN, Begin, CallRef, Ledger, LedgerError
 from tasks.queues import EXECUTE_TASK, execute_queue
 from tasks.runtime import call_ids, get_approvals, get_ledger, get_limits, get_policy
 from tasks.settings import get_settings, load_registry
 from tasks.submit import deliver_here
 
 log = logging.getLogger("toolfan.execute")
+
+#: What saves a call's result: the saved result (the first one saved wins).
+Saver = Callable[[CallResult], CallResult]
 
 LEDGER_RETRIES = 5
 #: Seconds allowed for answering a call to an unregistered function.
@@ -70,6 +74,7 @@ def execute_call(
     problem: str | None = None,
     worker: str = "",
     envelope: Envelope | None = None,
+    saver: Saver | None = None,
 ) -> CallResult:
     """Run one call unless the ledger already holds its result; save and return the result.
 
@@ -77,7 +82,8 @@ def execute_call(
     large): the call is answered with that, and no tool runs. ``worker`` names this worker
     in the call's record, so a redelivered copy can tell the call still runs there.
     ``envelope`` is the message's, for the tool's :class:`~handlers.context.CallContext`
-    (without it, the context has the call's ids only).
+    (without it, the context has the call's ids only). ``saver`` saves the result in place
+    of :meth:`Ledger.finish <tasks.ledger.Ledger.finish>` (see :func:`_joining_saver`).
 
     Raises:
         LedgerError: the ledger is unreachable, so "at most once" cannot be guaranteed;
@@ -120,7 +126,7 @@ def execute_call(
             raise
     elapsed = time.perf_counter() - started
     deadline = started + _hard_limit(registry, name) - SAVE_MARGIN
-    result = save_result(ledger, ref, produced, deadline, context)
+    result = save_result(ledger, ref, produced, deadline, context, saver)
     _report(result, elapsed, name in registry, context)
     return result
 
@@ -158,13 +164,19 @@ def _running_elsewhere(
 
 
 def save_result(
-    ledger: Ledger, ref: CallRef, produced: CallResult, deadline: float, context: dict[str, Any]
+    ledger: Ledger,
+    ref: CallRef,
+    produced: CallResult,
+    deadline: float,
+    context: dict[str, Any],
+    saver: Saver | None = None,
 ) -> CallResult:
     """Save ``produced``, retrying while the ledger is down until ``deadline`` (perf_counter).
 
     The result exists only in this process once the function has run: giving up at the
     first failed write would make the redelivered task run the function again. FINISH keeps
-    the first saved result, so repeating it after a lost reply is harmless.
+    the first saved result, so repeating it after a lost reply is harmless (and so is the
+    chord's count that ``saver`` may make with it: a part is counted once by its index).
 
     Raises:
         LedgerError: the ledger stayed unreachable until the deadline.
@@ -172,7 +184,7 @@ def save_result(
     pause, longest = SAVE_BACKOFF
     while True:
         try:
-            return ledger.finish(ref, produced)
+            return saver(produced) if saver is not None else ledger.finish(ref, produced)
         except LedgerError as exc:
             if time.perf_counter() + pause > deadline:
                 raise
@@ -373,6 +385,7 @@ def execute(
             envelope.problem,
             worker,
             envelope,
+            _joining_saver(self, ledger, ref, name),
         )
     except AwaitingApproval as waiting:
         _keep_claim(ledger, envelope, waiting)
@@ -394,6 +407,35 @@ def execute(
     if deliver is not None:
         deliver_here(deliver, [payload])
     return Payload(payload)
+
+
+def _joining_saver(task: Task[Any, Any], ledger: Ledger, ref: CallRef, name: str) -> Saver | None:
+    """Save a chord part's result and count it in its chord in one round trip, if it can be.
+
+    A call's result is written twice on its way: into the ledger (the record that answers
+    a redelivered copy) and, once the task returns, into its chord's results, which the
+    last part sends on. Where both live on one Redis (the default: ``TOOLFAN_REDIS_URL``
+    for both), one script does both: a Redis round trip less per call, the priciest step
+    of a call on a threads pool, where each round trip is a hand-over of the interpreter
+    among the pool's threads. The task then returns the same result as before, and the
+    result backend, finding the part counted, only sends the callback if it was the last
+    (see :mod:`tasks.join`). None where the two are apart, or the call is no chord's part:
+    the ledger's FINISH alone, and the backend counts the part as before.
+    """
+    request = task.request
+    if not joinable(task.backend, request, ledger.client):
+        return None
+    backend = cast(JoiningRedisBackend, task.backend)
+
+    def save(result: CallResult) -> CallResult:
+        value = Payload(result_payload(ref, name, result))
+        keys, args = backend.join_of(request, states.SUCCESS, value)
+        saved, members = ledger.finish_then(ref, result, JOIN, keys, args)
+        if members is not NOT_RUN:  # counted: its payload is the one the task returns
+            counted(request, keys, members)
+        return saved
+
+    return save
 
 
 #: Retries a task may make while its call waits for approval (the deadline ends the wait).

@@ -22,6 +22,13 @@ tasks on the same workers) goes through Celery's code as before, unless its head
 named to :func:`join_chords_of` (the bench's floor is, so that it stays the least any
 implementation does).
 
+Where the ledger shares the result backend's Redis database (the default), ``execute``
+counts its part as it saves its result, in one script (the ledger's FINISH, then
+:data:`JOIN`, see :func:`tasks.scripts.finish_then`): a round trip less per call, the
+priciest step of a call on a threads pool. It marks the task's request
+(:func:`counted`), and the backend, handed the part after the task returns, does not count
+it again: it only sends the callback if that part completed the chord.
+
 What the claim's owner is for: a worker that dies after the last part's script and
 before its callback is out has its message delivered again (late acks), under the same
 task id; that copy finds the results still there and the claim its own, and sends the
@@ -106,20 +113,31 @@ class JoiningRedisBackend(RedisBackend):
     def on_chord_part_return(
         self, request: Any, state: str, result: Any, propagate: Any = None, **kwargs: Any
     ) -> Any:
-        """Count one finished part of a chord; the last one sends the callback."""
-        if not _joined_here(request) or not self._chord_zset:
-            return super().on_chord_part_return(request, state, result, propagate, **kwargs)
+        """Count one finished part of a chord; the last one sends the callback.
+
+        A part already counted as its result was saved (:func:`joined`) is not counted
+        again: it only sends the callback if it completed the chord.
+        """
+        counted: Joined | None = getattr(request, JOINED_ATTR, None)
+        if counted is not None:
+            keys, members = counted
+        else:
+            if not _joined_here(request) or not self._chord_zset:
+                return super().on_chord_part_return(request, state, result, propagate, **kwargs)
+            keys, args = self.join_of(request, state, result)
+            members = self._script()(keys, args)
+        if members:
+            self._complete(request, members, keys)
+        return None
+
+    def join_of(self, request: Any, state: str, result: Any) -> tuple[list[str], list[Any]]:
+        """The keys and arguments of :data:`JOIN` for this part ending in ``state``."""
         group = str(request.group)
         keys = [self._key(group, RESULTS_SUFFIX), self._key(group, SIZE_SUFFIX)]
         keys.append(self._key(group, CLAIM_SUFFIX))
         encoded = self.encode([1, request.id, state, self.encode_result(result, state)])
         expires = self.chord_expires or 0
-        members = self._script()(
-            keys, [request.group_index, encoded, int(expires), request.id, CLAIM_SECONDS]
-        )
-        if members:
-            self._complete(request, members, keys)
-        return None
+        return keys, [request.group_index, encoded, int(expires), request.id, CLAIM_SECONDS]
 
     def _complete(self, request: Any, members: list[Any], keys: list[str]) -> None:
         """Send the callback with every result, then delete the chord's keys."""
@@ -174,6 +192,48 @@ class JoiningRedisBackend(RedisBackend):
         if self._join is None:
             self._join = LuaScript(self.client, JOIN, script_connections(self.client))
         return self._join
+
+
+#: A part counted as its result was saved: the chord's keys, and every result if that
+#: part completed the chord (else None).
+Joined = tuple[list[str], list[Any] | None]
+#: Where that is kept, on the task's request, for :meth:`JoiningRedisBackend.on_chord_part_return`.
+JOINED_ATTR = "toolfan_joined"
+
+
+def joinable(backend: Any, request: Any, client: redis.Redis) -> bool:
+    """Whether this part's result can be saved on ``client`` and counted in the same script.
+
+    Only for a part of a chord this module joins, whose results live on the same Redis
+    server and database as ``client`` (the ledger's: a script runs on one server). A
+    result backend or ledger elsewhere (another URL, a cluster, sentinels) keeps the two
+    round trips.
+    """
+    return (
+        isinstance(backend, JoiningRedisBackend)
+        and backend._chord_zset
+        and _joined_here(request)
+        and bool(request.chord)
+        and same_server(client, backend.client)
+    )
+
+
+def same_server(a: redis.Redis, b: redis.Redis) -> bool:
+    """Whether two clients talk to the same Redis database, by their pools' settings."""
+    pa, pb = a.connection_pool, b.connection_pool
+    if pa is pb:
+        return True
+    if type(a) is not redis.Redis or type(b) is not redis.Redis:
+        return False
+    if pa.connection_class is not pb.connection_class:
+        return False
+    ka, kb = pa.connection_kwargs, pb.connection_kwargs
+    return all(ka.get(k) == kb.get(k) for k in ("host", "port", "path", "db", "username"))
+
+
+def counted(request: Any, keys: list[str], members: list[Any] | None) -> None:
+    """Record on the request that its part was counted as its result was saved."""
+    setattr(request, JOINED_ATTR, (keys, members or None))
 
 
 def join_chords_of(task_name: str) -> None:

@@ -38,6 +38,7 @@ from tasks.scripts import (
     REOPEN,
     REPLACE,
     TAKEOVER,
+    finish_then,
 )
 
 STARTED, DONE, SUBMITTED, ABANDONED = "started", "done", "submitted", "abandoned"
@@ -166,6 +167,10 @@ class CallRecord:
     refused_reason: str | None = None
 
 
+#: What :meth:`Ledger.finish_then` returns for its second part when that did not run.
+NOT_RUN: Any = object()
+
+
 class Ledger:
     """Call records and batch claims of one source in Redis."""
 
@@ -197,6 +202,8 @@ class Ledger:
         self._takeover = LuaScript(client, TAKEOVER, scripts)
         self._replace = LuaScript(client, REPLACE, scripts)
         self._reopen = LuaScript(client, REOPEN, scripts)
+        #: :meth:`finish_then`'s scripts, by the source of their second part.
+        self._then: dict[str, LuaScript] = {}
 
     @classmethod
     def from_url(cls, url: str, ttl: int, source: str) -> Ledger:
@@ -241,6 +248,26 @@ class Ledger:
         payload = result.stored()
         saved = self._run(self._finish, [self.key(ref)], [payload, time.time(), self.ttl, ref.ids])
         return result if saved == payload else CallResult.model_validate_json(saved)
+
+    def finish_then(
+        self, ref: CallRef, result: CallResult, then: str, keys_: list[str], args: list[Any]
+    ) -> tuple[CallResult, Any]:
+        """:meth:`finish`, and in the same script ``then`` (a script's source) if it saved.
+
+        ``then`` runs on ``keys_`` and ``args`` only when ``result`` is the one saved (none
+        was before it): returns that result and ``then``'s reply. When another copy saved
+        its result first, ``then`` does not run: returns that result and :data:`NOT_RUN`.
+        """
+        script = self._then.get(then)
+        if script is None:
+            script = self._then[then] = LuaScript(self.client, finish_then(then), self._scripts)
+        payload = result.stored()
+        ran, reply = self._run(
+            script, [self.key(ref), *keys_], [payload, time.time(), self.ttl, ref.ids, *args]
+        )
+        if int(ran) == 1:
+            return result, reply
+        return CallResult.model_validate_json(reply), NOT_RUN
 
     def park(self, ref: CallRef, worker: str) -> bool:
         """Give back the start of a call ``worker`` began that now waits for its approval."""

@@ -42,6 +42,30 @@ end
 return ARGV[1]
 """
 
+
+def finish_then(then: str) -> str:
+    """One script: :data:`FINISH`, then, only if this result is the one saved, ``then``.
+
+    KEYS: the call's record, then ``then``'s keys. ARGV: FINISH's four, then ``then``'s
+    arguments. Returns ``{0, the result saved earlier}`` when another copy's result was
+    there first (``then`` does not run), else ``{1, then's reply}``: what saves a result
+    and passes it on in one round trip (see :mod:`tasks.join`). Each part runs as a Lua
+    function whose parameters stand for its own KEYS and ARGV, so both keep their text.
+    """
+    return f"""local function finish(KEYS, ARGV)
+{FINISH}
+end
+local function after(KEYS, ARGV)
+{then}
+end
+local saved = finish({{KEYS[1]}}, {{ARGV[1], ARGV[2], ARGV[3], ARGV[4]}})
+if saved ~= ARGV[1] then
+  return {{0, saved}}
+end
+return {{1, after({{unpack(KEYS, 2)}}, {{unpack(ARGV, 5)}})}}
+"""
+
+
 # Replace a saved result the API refused (its batch is sent again without it).
 # ARGV: the replacement, time, the API's reason.
 REPLACE = """

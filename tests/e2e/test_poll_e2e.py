@@ -1,12 +1,17 @@
 """The whole path: emulator over HTTP, pollers, real worker processes, real Redis."""
 
+import hashlib
 import os
 import subprocess
 import sys
+import threading
+from collections import Counter
 
 import pytest
 
 from emulator import running_emulator
+from tasks.join import JOIN
+from tasks.scripts import FINISH, finish_then
 from tests.e2e.harness import (
     answered,
     check_exactly_once,
@@ -180,3 +185,38 @@ def test_the_workers_join_each_batch_with_toolfans_script(api, redis_client):
     check_exactly_once(api, seeded, redis_client)
     assert _calls_of(redis_client, "sismember") == celerys  # Celery's script: one per part
     assert _calls_of(redis_client, "zremrangebyscore") - ours >= calls  # ours: one per part
+
+
+def test_each_call_s_result_is_saved_and_counted_in_its_chord_by_one_script(api, redis_client):
+    """The ledger's FINISH and the chord's JOIN reach Redis as one script, never apart.
+
+    Watched with MONITOR (every client's commands, the test's database only): the workers
+    run the combined script for every call of these sessions, and neither script alone.
+    """
+    merged = hashlib.sha1(finish_then(JOIN).encode()).hexdigest()
+    alone = hashlib.sha1(FINISH.encode()).hexdigest()
+    joined_alone = hashlib.sha1(JOIN.encode()).hexdigest()
+    db = redis_client.connection_pool.connection_kwargs.get("db", 0)
+    seen: Counter[str] = Counter()
+    with redis_client.monitor() as monitor:
+        stop = threading.Event()
+
+        def watch() -> None:
+            for command in monitor.listen():
+                if stop.is_set():
+                    return
+                words = command["command"].split(" ", 2)
+                if command.get("db") == db and words[0] in ("EVALSHA", "EVAL"):
+                    seen[words[1]] += 1
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        seeded = seed(api, 3)
+        calls = sum(len(actions) for actions in seeded.calls.values())
+        poll_until(api, seeded)
+        check_exactly_once(api, seeded, redis_client)
+        stop.set()
+        redis_client.ping()  # one more command, so that the watcher sees the stop
+        watcher.join(10)
+    assert seen[merged] >= calls, (calls, seen)  # more where a call's attempt was redone
+    assert seen[alone] == seen[joined_alone] == 0, seen  # and the backend counts none again

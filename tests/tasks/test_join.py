@@ -23,8 +23,18 @@ from celery.app.task import Context
 from celery.backends.redis import RedisBackend
 from celery.canvas import Signature
 
+from handlers.result import CallResult
 from tasks.app import Toolfan
-from tasks.join import CLAIM_SECONDS, CLAIM_SUFFIX, DONE_SECONDS, JoiningRedisBackend
+from tasks.join import (
+    CLAIM_SECONDS,
+    CLAIM_SUFFIX,
+    DONE_SECONDS,
+    JOIN,
+    JoiningRedisBackend,
+    counted,
+    joinable,
+)
+from tasks.ledger import NOT_RUN, CallRef, Ledger
 from tasks.publish import set_chord_size
 from tasks.queues import EXECUTE_TASK
 from tests.tasks.apps import private_app
@@ -222,3 +232,86 @@ def test_a_chord_costs_less_than_half_the_commands_of_celerys_join(app, results)
     # part, the first part's EXPIRE, 2 more for the last, and the cleanup's DEL and SET: 37.
     assert counted[0] <= 37, counted
     assert counted[1] >= 2 * counted[0], counted
+
+
+# Saving a part's result and counting it in one script (tasks.execute's saver).
+
+
+def ledger_on(url: str) -> Ledger:
+    return Ledger.from_url(url, 600, "agents")
+
+
+def saved_and_counted(app: Celery, ledger: Ledger, chord: Chord, index: int) -> Any:
+    """What ``execute`` does for a part whose result and chord share a Redis, as it saves."""
+    request = chord.request(index)
+    value = {"call_id": f"call_{index}"}
+    keys, args = app.backend.join_of(request, states.SUCCESS, value)
+    ref = CallRef(f"sess_{chord.group}", "turn", f"call_{index}")
+    saved, members = ledger.finish_then(ref, CallResult.ok(f"out {index}"), JOIN, keys, args)
+    assert saved == CallResult.ok(f"out {index}")
+    assert members is not NOT_RUN
+    counted(request, keys, members)
+    return request
+
+
+def test_a_part_saved_and_counted_in_one_script_is_not_counted_again(app, results):
+    ledger = ledger_on(app.conf.result_backend)
+    chord = Chord(app, 3)
+    for index in (2, 0):
+        request = saved_and_counted(app, ledger, chord, index)
+        # The tracer then hands the backend the part, as after every task: nothing more.
+        app.backend.on_chord_part_return(request, states.SUCCESS, {"call_id": f"call_{index}"})
+        assert callbacks(app) == []
+    last = saved_and_counted(app, ledger, chord, 1)
+    assert callbacks(app) == []  # the callback goes out after the task, as before
+    app.backend.on_chord_part_return(last, states.SUCCESS, {"call_id": "call_1"})
+    assert callbacks(app) == [[{"call_id": f"call_{i}"} for i in range(3)]]
+    for index in range(3):
+        ref = CallRef(f"sess_{chord.group}", "turn", f"call_{index}")
+        assert ledger.saved(ref) == CallResult.ok(f"out {index}")
+
+
+def test_saving_and_counting_a_part_is_one_round_trip(app, results):
+    ledger = ledger_on(app.conf.result_backend)
+    saved_and_counted(app, ledger, Chord(app, 2), 0)  # the script loaded
+    chord = Chord(app, 2)
+    before = results.info("commandstats")
+    saved_and_counted(app, ledger, chord, 0)
+    after = results.info("commandstats")
+    scripts = after["cmdstat_evalsha"]["calls"] - before["cmdstat_evalsha"]["calls"]
+    assert scripts == 1  # FINISH and JOIN were two
+    calls = sum(v["calls"] for k, v in after.items()) - sum(v["calls"] for v in before.values())
+    assert calls <= 12  # the INFO, the script, FINISH's 3 commands and JOIN's 6
+
+
+def test_a_result_another_copy_saved_first_is_returned_and_not_counted(app, results):
+    ledger = ledger_on(app.conf.result_backend)
+    chord = Chord(app, 2)
+    ref = CallRef(f"sess_{chord.group}", "turn", "call_0")
+    ledger.finish(ref, CallResult.ok("the first copy's"))
+    request = chord.request(0)
+    keys, args = app.backend.join_of(request, states.SUCCESS, {"call_id": "call_0"})
+    saved, members = ledger.finish_then(ref, CallResult.ok("this copy's"), JOIN, keys, args)
+    assert (saved, members) == (CallResult.ok("the first copy's"), NOT_RUN)
+    assert not results.exists(keys[0])  # the chord has not counted it
+    # The task returns the saved result and the backend counts that one, as before.
+    chord.part(0, {"call_id": "call_0", "output": "the first copy's"})
+    chord.part(1)
+    assert callbacks(app) == [
+        [{"call_id": "call_0", "output": "the first copy's"}, {"call_id": "call_1"}]
+    ]
+
+
+def test_only_a_joined_chords_part_on_the_ledgers_own_redis_is_saved_and_counted_at_once(app):
+    chord = Chord(app, 2)
+    url = app.conf.result_backend
+    assert joinable(app.backend, chord.request(0), ledger_on(url).client)
+    other_db = url.rsplit("/", 1)[0] + "/2"
+    assert not joinable(app.backend, chord.request(0), ledger_on(other_db).client)
+    mine = Chord(app, 2, task="users.own_task")
+    assert not joinable(app.backend, mine.request(0), ledger_on(url).client)
+    alone = Context(task=EXECUTE_TASK, id=str(uuid.uuid4()), kwargs={})  # no chord
+    assert not joinable(app.backend, alone, ledger_on(url).client)
+    plain = Toolfan("plain", set_as_current=False, backend="cache+memory://")
+    assert not joinable(plain.backend, chord.request(0), ledger_on(url).client)
+    plain.close()

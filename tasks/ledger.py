@@ -254,9 +254,10 @@ class Ledger:
     ) -> tuple[CallResult, Any]:
         """:meth:`finish`, and in the same script ``then`` (a script's source) if it saved.
 
-        ``then`` runs on ``keys_`` and ``args`` only when ``result`` is the one saved (none
-        was before it): returns that result and ``then``'s reply. When another copy saved
-        its result first, ``then`` does not run: returns that result and :data:`NOT_RUN`.
+        ``then`` runs on ``keys_`` and ``args`` only when ``result`` is the one saved
+        (nothing was saved before it, or this same result, by a try whose reply was lost):
+        returns that result and ``then``'s reply. When another copy saved a result of its
+        own first, ``then`` does not run: returns that one and :data:`NOT_RUN`.
         """
         script = self._then.get(then)
         if script is None:

@@ -115,7 +115,7 @@ class JoiningRedisBackend(RedisBackend):
     ) -> Any:
         """Count one finished part of a chord; the last one sends the callback.
 
-        A part already counted as its result was saved (:func:`joined`) is not counted
+        A part already counted as its result was saved (:func:`counted`) is not counted
         again: it only sends the callback if it completed the chord.
         """
         counted: Joined | None = getattr(request, JOINED_ATTR, None)

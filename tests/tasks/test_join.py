@@ -259,8 +259,10 @@ def test_a_part_saved_and_counted_in_one_script_is_not_counted_again(app, result
     chord = Chord(app, 3)
     for index in (2, 0):
         request = saved_and_counted(app, ledger, chord, index)
-        # The tracer then hands the backend the part, as after every task: nothing more.
+        # The tracer then hands the backend the part, as after every task: not one command.
+        before = commands(results)
         app.backend.on_chord_part_return(request, states.SUCCESS, {"call_id": f"call_{index}"})
+        assert commands(results) == before
         assert callbacks(app) == []
     last = saved_and_counted(app, ledger, chord, 1)
     assert callbacks(app) == []  # the callback goes out after the task, as before

@@ -158,7 +158,7 @@ class RunsPoller:
         return summary
 
     def poll_new(self) -> RunsSummary:
-        """Read only the watched runs this poller has not read yet, and dispatch those waiting.
+        """Read only the watched runs this poller has not read (or tried to), and dispatch.
 
         What a looping poller does between its passes when :mod:`dispatcher.wake`'s bell
         rings: a newly watched run is read at once instead of up to an interval later,
@@ -336,12 +336,15 @@ class RunsPoller:
             log.warning("%s no such run; no longer watched", ids)
             self._dropped.append(watch.batch_id)
             return None
+        # A failed read counts as a read: a wake's pass (:meth:`poll_new`) reads only runs
+        # not read yet, and must not retry a failing one on every wake (up to twenty times
+        # a second against an API that refuses it); the next full pass reads it again.
+        self.read_at[watch.batch_id] = time.monotonic()
         if isinstance(run, APIError):
             summary.errors += 1
             metrics.POLL_ERRORS.labels("run").inc()
             self.reported.error(watch.batch_id, "%s %s", ids, run)
             return None
-        self.read_at[watch.batch_id] = time.monotonic()
         summary.runs_seen += 1
         if run.finished or _past(run):
             summary.runs_finished += 1

@@ -10,10 +10,14 @@ from __future__ import annotations
 import signal
 import time
 import uuid
+from typing import ClassVar
 
 import pytest
 import redis
 
+from dispatcher.errors import APIError
+from dispatcher.sources.assistants_client import AssistantsClient
+from dispatcher.sources.assistants_models import Run
 from dispatcher.sources.assistants_watch import Watches
 from dispatcher.wake import WAKE
 from tests.e2e.runs_stack import RunsStack
@@ -73,6 +77,39 @@ def test_a_wake_reads_only_the_runs_this_poller_has_not_read(stack):
     watched = len(poller.watches.all())
     assert watched >= 3  # the others still watched, and not read
     assert poller.poll_once().runs_seen == watched
+
+
+class _Refusing(AssistantsClient):
+    """The real client, but the API refuses every read of the runs named ``refused_*``."""
+
+    tries: ClassVar[list[str]] = []
+
+    def retrieve_run(self, thread_id: str, run_id: str) -> Run:
+        if run_id.startswith("refused_"):
+            self.tries.append(run_id)
+            raise APIError("the API refused the read", status_code=403)
+        return super().retrieve_run(thread_id, run_id)
+
+
+def test_a_run_whose_read_failed_is_not_read_again_on_every_wake(stack, redis_client, monkeypatch):
+    # Each wake's pass reads the runs not read yet: a run the API refused was read again on
+    # every wake, up to twenty times a second while watches stream in. It waits for the
+    # next full pass, as a run read successfully does. Watches of its own, out of the
+    # stack's poller's sight; runs that stay in a model turn, so nothing is dispatched.
+    poller = stack.runs_poller(_Refusing, ledger_client=redis_client, runs_recheck=0)
+    monkeypatch.setattr(stack.state, "turn_duration", 60.0)
+    monkeypatch.setattr(_Refusing, "tries", [])
+    refused = stack.state.create_run(status="in_progress", run_id=f"refused_{uuid.uuid4().hex}")
+    poller.watches.add([(refused["thread_id"], refused["id"])])
+    assert poller.poll_new().errors == 1
+    for _ in range(5):  # five more wakes, each for a new run
+        run = stack.state.create_run(status="in_progress")
+        poller.watches.add([(run["thread_id"], run["id"])])
+        woken = poller.poll_new()
+        assert (woken.runs_seen, woken.errors) == (1, 0)
+    assert _Refusing.tries == [refused["id"]]
+    assert poller.poll_once().errors == 1  # the next full pass tries it again
+    assert _Refusing.tries == [refused["id"]] * 2
 
 
 def test_a_stream_of_watches_is_read_in_a_few_passes_not_one_pass_a_watch(stack):

@@ -5,8 +5,9 @@ known before the first request, with no window in which another process could ta
 
 uvicorn parses requests with httptools where it is installed (a dependency of toolfan for
 this), h11 otherwise. The stand-in shares the machine with what a bench measures, while a
-user's API is remote: with h11 the stand-in spent 650 us of CPU per run read, with httptools
-430 (2026-12-08), a third of its cost taken off every bench row that talks to it. Both
+user's API is remote: reading one run after another on one connection, the stand-in spent
+about 650 us of CPU a read with h11 and 430 with httptools (2026-12-08); in the bench's runs
+row its CPU per call fell by a fifth (bench/README.md, "The API stand-in's HTTP parser"). Both
 parsers take request heads of megabytes (httptools sets no limit; h11 is given
 :data:`MAX_REQUEST_HEAD`), so a hostile id's URL is answered either way.
 """

@@ -122,7 +122,8 @@ class RunsPoller:
         self.watches = Watches(ledger.client)
         self.dispatcher = Dispatcher(NAME, ledger, settings, memo, reaper, "run")
         self.reported = OnceLog(log)
-        #: Batch id -> ``time.monotonic()`` of its run's last read, for the watched runs.
+        #: Batch id -> ``time.monotonic()`` of its run's last read (or failed try), for the
+        #: watched runs.
         self.read_at: dict[str, float] = {}
         #: Batch id -> the claim that held its phase in flight when last checked, and the
         #: seconds its run rests between reads while that claim holds.

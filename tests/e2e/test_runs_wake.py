@@ -96,7 +96,8 @@ def test_a_run_whose_read_failed_is_not_read_again_on_every_wake(stack, redis_cl
     # every wake, up to twenty times a second while watches stream in. It waits for the
     # next full pass, as a run read successfully does. Watches of its own, out of the
     # stack's poller's sight; runs that stay in a model turn, so nothing is dispatched.
-    poller = stack.runs_poller(_Refusing, ledger_client=redis_client, runs_recheck=0)
+    # The poller's settings are the defaults.
+    poller = stack.runs_poller(_Refusing, ledger_client=redis_client)
     monkeypatch.setattr(stack.state, "turn_duration", 60.0)
     monkeypatch.setattr(_Refusing, "tries", [])
     refused = stack.state.create_run(status="in_progress", run_id=f"refused_{uuid.uuid4().hex}")
